@@ -1,0 +1,61 @@
+"""Error types shared by every layer.
+
+Each ember error derives from :class:`EmberError` *and* from the builtin an
+array-API caller would expect, so ``except ValueError`` keeps working.
+Messages name the operation, the shapes/dtypes involved and a fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EmberError",
+    "ShapeError",
+    "DTypeError",
+    "BackendError",
+    "BackendNotInstalledError",
+    "StructureError",
+    "NotDifferentiableError",
+    "ConsumedError",
+    "ReuseError",
+    "FileFormatError",
+]
+
+
+class EmberError(Exception):
+    """Base class of every error raised by ember."""
+
+
+class ShapeError(EmberError, ValueError):
+    """Shapes that do not fit an operation (broadcasting, matmul, reshape...)."""
+
+
+class DTypeError(EmberError, TypeError):
+    """A dtype an operation does not accept."""
+
+
+class BackendError(EmberError, TypeError):
+    """Arrays of different backends, namespaces or devices mixed in one op."""
+
+
+class BackendNotInstalledError(EmberError, ImportError):
+    """A backend was asked for whose library is not installed."""
+
+
+class StructureError(EmberError, ValueError):
+    """Structures (trees) that do not match, or a path that does not exist."""
+
+
+class NotDifferentiableError(EmberError, TypeError):
+    """A transform was asked for a gradient it cannot give."""
+
+
+class ConsumedError(EmberError, RuntimeError):
+    """A tensor was used after :func:`ember.consume` handed its buffer away."""
+
+
+class ReuseError(EmberError, RuntimeError):
+    """``consume(x, strict=True)`` could not reuse x's buffer."""
+
+
+class FileFormatError(EmberError, ValueError):
+    """A file that is truncated, corrupted, hostile or does not match."""
