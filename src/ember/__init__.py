@@ -1,0 +1,47 @@
+"""ember: differentiable array programming on the Python array API standard.
+
+>>> import ember, ember.autodiff.numpy as xp
+>>> ember.grad(lambda x: xp.sum(x ** 2))(xp.asarray([1.0, 2.0])).raw.tolist()
+[2.0, 4.0]
+"""
+
+from ._errors import (
+    BackendError,
+    BackendNotInstalledError,
+    ConsumedError,
+    DTypeError,
+    EmberError,
+    FileFormatError,
+    NotDifferentiableError,
+    ReuseError,
+    ShapeError,
+    StructureError,
+)
+from . import backend, tree
+from .autodiff import Tensor
+from .func import grad, stop_gradient, value_and_grad, vjp
+from .tree import field
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "backend",
+    "tree",
+    "Tensor",
+    "grad",
+    "value_and_grad",
+    "vjp",
+    "stop_gradient",
+    "field",
+    "EmberError",
+    "ShapeError",
+    "DTypeError",
+    "BackendError",
+    "BackendNotInstalledError",
+    "StructureError",
+    "NotDifferentiableError",
+    "ConsumedError",
+    "ReuseError",
+    "FileFormatError",
+]
