@@ -1,0 +1,647 @@
+"""flatten / unflatten / map over structures, and :class:`TreeDef`.
+
+A structure (tree) is made of *nodes* (list, tuple, namedtuple, dict,
+registered dataclasses and classes), *leaves* (arrays) and *constants*
+(everything else: scalars, strings, None, unregistered objects, static
+fields). ``flatten`` returns the leaves in a fixed order and a
+:class:`TreeDef` that holds the nodes and constants; ``unflatten`` puts new
+leaves back. Constants live in the treedef, so ``map``/``grad`` keep them.
+
+Cycles are not supported (flatten would recurse until RecursionError), and
+nesting depth is bounded by Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from array_api_compat import array_namespace
+
+from .._errors import StructureError
+from ._paths import Path, _make_path, _PathKey
+from ._registry import (
+    _DISPATCH,
+    CONST,
+    CUSTOM,
+    DATACLASS,
+    DICT,
+    DICTLIKE,
+    LEAF,
+    LIST,
+    NAMEDTUPLE,
+    TUPLE,
+    _check_keys,
+    _classify,
+    _dict_key,
+    _index,
+    _NodeType,
+)
+
+__all__ = [
+    "TreeDef",
+    "flatten",
+    "flatten_with_path",
+    "unflatten",
+    "leaves",
+    "paths",
+    "structure",
+    "map",
+    "map_with_path",
+    "filter",
+]
+
+# Error texts (module constants so tests can check them).
+LEAF_COUNT_MISMATCH = (
+    "unflatten: the treedef has {expected} leaves but {got} were given; pass exactly "
+    "one leaf per '*' of {treedef}"
+)
+STRUCTURE_MISMATCH = (
+    "{op}: tree 0 and tree {index} differ at {path}: left has {left}, right has {right}. "
+    "All trees must have the same nodes, keys and leaf positions (constants may differ); "
+    "compare ember.tree.structure() of each"
+)
+BAD_PATTERN = (
+    "filter: pattern must be a glob str, a list of glob str or a callable(path_str) -> bool, "
+    "got {type}"
+)
+ROOT = "the root"
+
+
+# --------------------------------------------------------------------------------------
+# treedef nodes
+
+
+class _Leaf:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "*"
+
+
+_LEAF = _Leaf()
+
+
+class _Const:
+    """A constant kept in the treedef."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _Node:
+    """One container: its kind, structural aux, constants and child defs.
+
+    ``aux``: dict keys (dicts), ``(user_aux, keys)`` (register_node), else None.
+    ``consts``: static field values (dataclasses), default_factory (defaultdict);
+    compared by ``==`` but ignored by map's structure check.
+    """
+
+    __slots__ = ("kind", "aux", "consts", "children")
+
+    def __init__(self, kind: _NodeType, aux: Any, consts: tuple[Any, ...], children: tuple[Any, ...]):
+        self.kind = kind
+        self.aux = aux
+        self.consts = consts
+        self.children = children
+
+
+_EMPTY: tuple[Any, ...] = ()
+
+
+def _dict_order(d: dict[Any, Any]) -> tuple[Any, ...]:
+    """Keys sorted when mutually sortable, else in insertion order."""
+    if len(d) < 2:
+        return tuple(d)
+    try:
+        return tuple(sorted(d))
+    except TypeError:
+        return tuple(d)
+
+
+def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
+    """Append x's leaves to ``out`` and return its treedef node (recursive)."""
+    if is_leaf is not None and is_leaf(x):
+        out.append(x)
+        return _LEAF
+    kind = _DISPATCH.get(type(x))
+    if kind is None:
+        kind = _classify(x)
+    if kind is LEAF:
+        out.append(x)
+        return _LEAF
+    if kind is CONST:
+        return _Const(x)
+    code = kind.code
+    if code == LIST or code == TUPLE:
+        return _Node(kind, None, _EMPTY, tuple([_flat(c, out, is_leaf) for c in x]))
+    if code == DICT or code == DICTLIKE:
+        keys = _dict_order(x)
+        consts = (x.default_factory,) if code == DICTLIKE and hasattr(x, "default_factory") else _EMPTY
+        return _Node(kind, keys, consts, tuple([_flat(x[k], out, is_leaf) for k in keys]))
+    if code == NAMEDTUPLE:
+        return _Node(kind, None, _EMPTY, tuple([_flat(c, out, is_leaf) for c in x]))
+    if code == DATACLASS:
+        children = tuple([_flat(getattr(x, n), out, is_leaf) for n in kind.names])
+        consts = tuple([getattr(x, n) for n in kind.static]) if kind.static else _EMPTY
+        return _Node(kind, None, consts, children)
+    # CUSTOM
+    pairs, user_aux = kind.flatten(x)
+    pairs = list(pairs)
+    keys = tuple([p[0] for p in pairs])
+    _check_keys(kind.type, keys)
+    return _Node(kind, (user_aux, keys), _EMPTY, tuple([_flat(p[1], out, is_leaf) for p in pairs]))
+
+
+def _build(d: Any, it: Iterator[Any]) -> Any:
+    """Rebuild a tree from treedef node ``d`` taking leaves from ``it`` (recursive)."""
+    if d is _LEAF:
+        return next(it)
+    if type(d) is _Const:
+        return d.value
+    kind = d.kind
+    code = kind.code
+    if code == LIST:
+        return [_build(c, it) for c in d.children]
+    if code == TUPLE:
+        return tuple([_build(c, it) for c in d.children])
+    if code == DICT:
+        return {k: _build(c, it) for k, c in zip(d.aux, d.children)}
+    if code == DICTLIKE:
+        items = [(k, _build(c, it)) for k, c in zip(d.aux, d.children)]
+        if d.consts:
+            return kind.type(d.consts[0], items)
+        return kind.type(items)
+    if code == NAMEDTUPLE:
+        return kind.type._make([_build(c, it) for c in d.children])
+    if code == DATACLASS:
+        obj = object.__new__(kind.type)
+        for n, c in zip(kind.names, d.children):
+            object.__setattr__(obj, n, _build(c, it))
+        for n, v in zip(kind.static, d.consts):
+            object.__setattr__(obj, n, v)
+        return obj
+    return kind.unflatten(d.aux[0], [_build(c, it) for c in d.children])
+
+
+def _keys(d: _Node) -> tuple[_PathKey, ...]:
+    """The typed keys of a node's children, in order."""
+    code = d.kind.code
+    if code == LIST or code == TUPLE:
+        return tuple([_index(i) for i in range(len(d.children))])
+    if code == DICT or code == DICTLIKE:
+        return tuple([_dict_key(k) for k in d.aux])
+    if code == CUSTOM:
+        return d.aux[1]  # type: ignore[no-any-return]
+    return d.kind.keys  # type: ignore[no-any-return]
+
+
+def _collect_paths(d: Any, prefix: tuple[Any, ...], out: list[Path]) -> None:
+    if d is _LEAF:
+        out.append(_make_path(prefix))
+    elif type(d) is _Node:
+        for k, c in zip(_keys(d), d.children):
+            if c is _LEAF:
+                out.append(_make_path(prefix + (k,)))
+            elif type(c) is _Node:
+                _collect_paths(c, prefix + (k,), out)
+
+
+# --------------------------------------------------------------------------------------
+# equality / hashing of constants and treedefs
+
+
+def _is_array(x: Any) -> bool:
+    return _DISPATCH.get(type(x)) is LEAF or (
+        _DISPATCH.get(type(x)) is None and _classify(x) is LEAF
+    )
+
+
+def _const_eq(a: Any, b: Any) -> bool:
+    """``a == b`` for constants, safe for arrays, NaN and odd ``__eq__``."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) is float and math.isnan(a) and math.isnan(b):
+        return True
+    if _is_array(a):
+        try:
+            if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+                return False
+            xp = array_namespace(a, b)
+            return bool(xp.all(a == b))
+        except Exception:
+            return False
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _const_hash(v: Any) -> int:
+    """A hash consistent with :func:`_const_eq` (unhashables hash by type/shape)."""
+    if type(v) is float and math.isnan(v):
+        return hash((float, "nan"))
+    try:
+        return hash(v)
+    except TypeError:
+        shape = getattr(v, "shape", None)
+        try:
+            return hash((type(v), tuple(shape) if shape is not None else None))
+        except TypeError:
+            return hash(type(v))
+
+
+def _aux_eq(d1: _Node, d2: _Node) -> bool:
+    if d1.kind.code == CUSTOM:
+        a1, a2 = d1.aux, d2.aux
+        return a1[1] == a2[1] and _const_eq(a1[0], a2[0])
+    return d1.aux == d2.aux  # dict keys tuple or None
+
+
+def _eq(a: Any, b: Any, consts: bool) -> bool:
+    """Treedef node equality; ``consts=False`` ignores constant values."""
+    if a is b:
+        return True
+    ta = type(a)
+    if ta is not type(b):
+        return False
+    if ta is _Const:
+        return not consts or _const_eq(a.value, b.value)
+    if ta is not _Node:
+        return False
+    if (
+        a.kind.type is not b.kind.type
+        or a.kind.code != b.kind.code
+        or len(a.children) != len(b.children)
+        or not _aux_eq(a, b)
+    ):
+        return False
+    if consts and a.consts is not b.consts:
+        if len(a.consts) != len(b.consts) or not builtins.all(
+            _const_eq(x, y) for x, y in zip(a.consts, b.consts)
+        ):
+            return False
+    for x, y in zip(a.children, b.children):
+        if not _eq(x, y, consts):
+            return False
+    return True
+
+
+def _hash(d: Any) -> int:
+    if d is _LEAF:
+        return 1
+    if type(d) is _Const:
+        return hash((2, _const_hash(d.value)))
+    if d.kind.code == CUSTOM:
+        aux = (_const_hash(d.aux[0]), d.aux[1])
+    else:
+        aux = d.aux
+    return hash(
+        (d.kind.type, aux, tuple([_const_hash(c) for c in d.consts]),
+         tuple([_hash(c) for c in d.children]))
+    )
+
+
+# --------------------------------------------------------------------------------------
+# readable text
+
+
+def _short(v: Any, limit: int = 40) -> str:
+    try:
+        r = repr(v)
+    except Exception:
+        r = f"<{type(v).__name__}>"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def _repr(d: Any) -> str:
+    if d is _LEAF:
+        return "*"
+    if type(d) is _Const:
+        return _short(d.value)
+    kind, code = d.kind, d.kind.code
+    ch = [_repr(c) for c in d.children]
+    if code == LIST:
+        return "[" + ", ".join(ch) + "]"
+    if code == TUPLE:
+        return "(" + ", ".join(ch) + ("," if len(ch) == 1 else "") + ")"
+    if code == DICT or code == DICTLIKE:
+        body = "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(d.aux, ch)) + "}"
+        return body if code == DICT else f"{kind.type.__name__}({body})"
+    if code == NAMEDTUPLE or code == DATACLASS:
+        parts = [f"{n}={c}" for n, c in zip(kind.names, ch)]
+        parts += [f"{n}={_short(v)}" for n, v in zip(kind.static, d.consts)]
+        return f"{kind.type.__name__}(" + ", ".join(parts) + ")"
+    parts = [f"{k}={c}" for k, c in zip(d.aux[1], ch)]
+    aux = "" if d.aux[0] is None else f"[{_short(d.aux[0])}]"
+    return f"{kind.type.__name__}{aux}(" + ", ".join(parts) + ")"
+
+
+def _describe(d: Any, leaf: Any) -> str:
+    """Words for one side of a structure mismatch."""
+    if d is _LEAF:
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is not None and dtype is not None:
+            return f"a leaf ({type(leaf).__name__} of shape {tuple(shape)} and dtype {dtype})"
+        return f"a leaf ({_short(leaf)})"
+    if type(d) is _Const:
+        return f"the constant {_short(d.value)}"
+    kind, code, n = d.kind, d.kind.code, len(d.children)
+    name = kind.type.__name__
+    if code == LIST or code == TUPLE:
+        return f"a {name} of {n} item{'' if n == 1 else 's'}"
+    if code == DICT or code == DICTLIKE:
+        return f"a {name} with keys {_short(list(d.aux), 80)}"
+    if code == NAMEDTUPLE:
+        return f"a {name} namedtuple"
+    if code == DATACLASS:
+        return f"a {name} (registered dataclass)"
+    return f"a {name} node with keys [{', '.join(str(k) for k in d.aux[1])}] and aux {_short(d.aux[0])}"
+
+
+def _first_diff(
+    a: Any, b: Any, prefix: tuple[Any, ...], la: list[Any], lb: list[Any], pos: list[int]
+) -> tuple[Path, str, str] | None:
+    """First path (pre-order) where two treedef nodes differ, ignoring constant values.
+
+    ``pos`` holds the running leaf index on each side, to describe the leaves.
+    """
+    if a is _LEAF and b is _LEAF:
+        pos[0] += 1
+        pos[1] += 1
+        return None
+    ta, tb = type(a), type(b)
+    if ta is _Const and tb is _Const:
+        return None
+    if ta is _Node and tb is _Node and a.kind.type is b.kind.type and len(a.children) == len(
+        b.children
+    ) and _aux_eq(a, b):
+        for k, x, y in zip(_keys(a), a.children, b.children):
+            r = _first_diff(x, y, prefix + (k,), la, lb, pos)
+            if r is not None:
+                return r
+        return None
+    left = _describe(a, la[pos[0]] if a is _LEAF else None)
+    right = _describe(b, lb[pos[1]] if b is _LEAF else None)
+    if ta is _Node and tb is _Node and a.kind.type is b.kind.type and a.kind.code in (DICT, DICTLIKE):
+        sa, sb = set(a.aux), set(b.aux)
+        extra = []
+        if sa - sb:
+            extra.append(f"only on the left: {_short(sorted(sa - sb, key=repr), 60)}")
+        if sb - sa:
+            extra.append(f"only on the right: {_short(sorted(sb - sa, key=repr), 60)}")
+        if extra:
+            right += " (" + "; ".join(extra) + ")"
+    return _make_path(prefix), left, right
+
+
+def _mismatch(op: str, index: int, a: TreeDef, b: TreeDef, la: list[Any], lb: list[Any]) -> StructureError:
+    r = _first_diff(a._root, b._root, (), la, lb, [0, 0])
+    if r is None:  # defensive: only reached when _eq and _first_diff disagree
+        path, left, right = _make_path(()), repr(a), repr(b)
+    else:
+        path, left, right = r
+    where = str(path) if path else ROOT
+    return StructureError(
+        STRUCTURE_MISMATCH.format(op=op, index=index, path=where, left=left, right=right)
+    )
+
+
+# --------------------------------------------------------------------------------------
+# public API
+
+
+class TreeDef:
+    """The shape of a structure: its nodes, keys, constants and leaf positions.
+
+    Why: ``unflatten`` needs it to put leaves back; it is hashable so
+    transforms can cache by structure. Equality compares constants too (a
+    treedef with ``lr=0.1`` differs from one with ``lr=0.2``); use
+    :meth:`matches` to compare only nodes, keys and leaf positions.
+
+    >>> leaves_, td = flatten({"a": 1.0, "b": [None, 2]})
+    >>> td
+    TreeDef({'a': 1.0, 'b': [None, 2]})
+    >>> td.num_leaves
+    0
+    """
+
+    __slots__ = ("_root", "_num_leaves", "_hash", "_paths")
+
+    def __init__(self, root: Any, num_leaves: int) -> None:
+        self._root = root
+        self._num_leaves = num_leaves
+        self._hash: int | None = None
+        self._paths: list[Path] | None = None
+
+    @property
+    def num_leaves(self) -> int:
+        """How many leaves ``unflatten`` takes."""
+        return self._num_leaves
+
+    def unflatten(self, leaves: Iterable[Any]) -> Any:
+        """Build the structure back with ``leaves`` in flatten order."""
+        return unflatten(self, leaves)
+
+    def paths(self) -> list[Path]:
+        """The path of each leaf, in flatten order."""
+        if self._paths is None:
+            out: list[Path] = []
+            _collect_paths(self._root, (), out)
+            self._paths = out
+        return list(self._paths)
+
+    def matches(self, other: TreeDef) -> bool:
+        """Same nodes, keys and leaf positions, whatever the constant values."""
+        if not isinstance(other, TreeDef):
+            raise TypeError(f"TreeDef.matches needs a TreeDef, got {type(other).__name__}")
+        return self._num_leaves == other._num_leaves and _eq(self._root, other._root, False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TreeDef):
+            return NotImplemented
+        if self is other:
+            return True
+        if self._num_leaves != other._num_leaves:
+            return False
+        if self._hash is not None and other._hash is not None and self._hash != other._hash:
+            return False
+        return _eq(self._root, other._root, True)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((self._num_leaves, _hash(self._root)))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"TreeDef({_repr(self._root)})"
+
+
+def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list[Any], TreeDef]:
+    """Split ``tree`` into its list of leaves and its :class:`TreeDef`.
+
+    Why: transforms work on flat lists of arrays; the treedef rebuilds the
+    structure (constants included). ``is_leaf(x) -> True`` stops recursion at x.
+
+    >>> flatten([1, (2, None)])[1]
+    TreeDef([1, (2, None)])
+    """
+    out: list[Any] = []
+    root = _flat(tree, out, is_leaf)
+    return out, TreeDef(root, len(out))
+
+
+def flatten_with_path(
+    tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> tuple[list[tuple[Path, Any]], TreeDef]:
+    """Like :func:`flatten`, with each leaf's :class:`Path` next to it."""
+    out, td = flatten(tree, is_leaf)
+    return list(zip(td.paths(), out)), td
+
+
+def unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:
+    """Build the structure described by ``treedef`` with new ``leaves``.
+
+    Raises StructureError when the number of leaves is wrong.
+
+    >>> unflatten(structure([None, {"x": 0}]), [])
+    [None, {'x': 0}]
+    """
+    if not isinstance(treedef, TreeDef):
+        raise TypeError(f"unflatten needs a TreeDef first, got {type(treedef).__name__}")
+    leaves = leaves if isinstance(leaves, list) else list(leaves)
+    if len(leaves) != treedef._num_leaves:
+        raise StructureError(
+            LEAF_COUNT_MISMATCH.format(
+                expected=treedef._num_leaves, got=len(leaves), treedef=_short(treedef, 200)
+            )
+        )
+    return _build(treedef._root, iter(leaves))
+
+
+def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:
+    """The leaves of ``tree`` in flatten order."""
+    out: list[Any] = []
+    _flat(tree, out, is_leaf)
+    return out
+
+
+def paths(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Path]:
+    """The path of each leaf of ``tree``, in flatten order."""
+    return structure(tree, is_leaf).paths()
+
+
+def structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> TreeDef:
+    """The :class:`TreeDef` of ``tree``."""
+    return flatten(tree, is_leaf)[1]
+
+
+def _flatten_all(
+    op: str, tree: Any, rest: Sequence[Any], is_leaf: Callable[[Any], bool] | None
+) -> tuple[list[Any], TreeDef, list[list[Any]]]:
+    first, td = flatten(tree, is_leaf)
+    others = []
+    for i, r in enumerate(rest, 1):
+        lr, tr = flatten(r, is_leaf)
+        if len(lr) != td._num_leaves or not _eq(td._root, tr._root, False):
+            raise _mismatch(op, i, td, tr, first, lr)
+        others.append(lr)
+    return first, td, others
+
+
+def map(  # noqa: A001  (ember.tree.map, like jax.tree.map)
+    fn: Callable[..., Any],
+    tree: Any,
+    *rest: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> Any:
+    """Apply ``fn`` to the leaves of ``tree`` (and the matching leaves of ``rest``).
+
+    Why: the n-ary map is how updates are written (``map(lambda p, g: p - lr * g,
+    params, grads)``). The result has ``tree``'s structure and constants;
+    ``rest`` must have the same nodes, keys and leaf positions (its constant
+    values are ignored), else StructureError names the first differing path.
+
+    >>> map(lambda a, b: a + b, {"x": 1, "y": "kept"}, {"x": 10, "y": "ignored"},
+    ...     is_leaf=lambda v: type(v) is int)
+    {'x': 11, 'y': 'kept'}
+    """
+    first, td, others = _flatten_all("map", tree, rest, is_leaf)
+    if not others:
+        new = [fn(x) for x in first]
+    else:
+        new = [fn(*xs) for xs in zip(first, *others)]
+    return _build(td._root, iter(new))
+
+
+def map_with_path(
+    fn: Callable[..., Any],
+    tree: Any,
+    *rest: Any,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> Any:
+    """Like :func:`map` with the leaf's :class:`Path` first: ``fn(path, leaf, *others)``."""
+    first, td, others = _flatten_all("map_with_path", tree, rest, is_leaf)
+    new = [fn(p, *xs) for p, *xs in zip(td.paths(), first, *others)]
+    return _build(td._root, iter(new))
+
+
+@functools.lru_cache(maxsize=256)
+def _glob(pattern: str) -> re.Pattern[str]:
+    """Glob to regex: ``*`` any run (dots included), ``?`` one character.
+
+    Unlike fnmatch, ``[`` and ``]`` are literal, so bracket segments of the
+    path syntax (``d["x y"]``, ``d[3]``) can be matched as written.
+    """
+    out = []
+    for c in pattern:
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        else:
+            out.append(re.escape(c))
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _matcher(pattern: Any) -> Callable[[str], bool]:
+    if isinstance(pattern, str):
+        rx = _glob(pattern)
+        return lambda s: rx.fullmatch(s) is not None
+    if isinstance(pattern, (list, tuple)) and builtins.all(isinstance(p, str) for p in pattern):
+        rxs = [_glob(p) for p in pattern]
+        return lambda s: builtins.any(r.fullmatch(s) is not None for r in rxs)
+    if callable(pattern):
+        return lambda s: bool(pattern(s))
+    raise TypeError(BAD_PATTERN.format(type=type(pattern).__name__))
+
+
+def filter(  # noqa: A001
+    tree: Any,
+    pattern: str | Sequence[str] | Callable[[str], bool],
+    *,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> dict[str, Any]:
+    """Leaves whose path text matches ``pattern``, as ``{str(path): leaf}``.
+
+    Why: parameter groups, freezing and state surgery select by path.
+    ``pattern`` is a glob (``"*.bias"``, ``"encoder.*"``; ``*`` also crosses
+    dots, ``?`` is one character, brackets are literal), a list of globs (any
+    matches), or a ``callable(path_str) -> bool``.
+    """
+    match = _matcher(pattern)
+    out, td = flatten(tree, is_leaf)
+    result = {}
+    for p, leaf in zip(td.paths(), out):
+        s = str(p)
+        if match(s):
+            result[s] = leaf
+    return result
