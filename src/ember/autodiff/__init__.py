@@ -1,0 +1,13 @@
+"""Differentiable array-API namespaces, the Tensor type and the tape.
+
+``import ember.autodiff.numpy as xp`` gives the NumPy-backed namespace
+(also ``.array_api_strict``, ``.dask``, ``.cupy``); ``namespace(raw_xp)``
+builds one for any other array-API backend.
+"""
+
+from ._namespace import namespace
+from ._rules import COMPUTE, MEMORY, RULES, Rule, defvjp, defvjp_all
+from ._tensor import Tensor
+from ._trace import Trace
+
+__all__ = ["namespace", "Tensor", "Trace", "RULES", "Rule", "defvjp", "defvjp_all", "COMPUTE", "MEMORY"]

@@ -1,0 +1,84 @@
+"""The rule registry: one :class:`Rule` per differentiable primitive.
+
+A rule knows how to pull a cotangent back through its primitive (the VJP),
+and whether the primitive is *compute-bound* (matmul, conv, linalg, fft,
+sort: worth keeping its output) or *memory-bound* (elementwise, most
+manipulation, reductions: cheap to recompute), which the checkpointing
+strategies use.
+
+VJPs are written with the wrapper namespace ``ns`` on the lower-level values,
+so they are themselves recorded by any outer trace: higher order is free.
+
+Register a rule per argument, like HIPS autograd's ``defvjp``::
+
+    defvjp("sin", lambda ns, g, ans, x: g * ns.cos(x))
+
+Each function receives ``(ns, g, ans, *args, **params)`` and returns the
+cotangent of its argument (already reduced to that argument's shape).
+Use ``None`` for an argument that never carries a gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+__all__ = ["Rule", "RULES", "defvjp", "defvjp_all", "COMPUTE", "MEMORY"]
+
+COMPUTE = "compute"
+MEMORY = "memory"
+
+RULES: dict[str, "Rule"] = {}
+
+
+class Rule:
+    """VJP rule of one primitive plus its memory class."""
+
+    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic")
+
+    def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True):
+        if bound not in (COMPUTE, MEMORY):
+            raise ValueError(f"rule {name!r}: bound must be 'compute' or 'memory', not {bound!r}")
+        self.name = name
+        self.vjp = vjp
+        self.bound = bound
+        self.nout = nout
+        self.select = select
+        self.deterministic = deterministic
+
+    def fill_cotangents(self, ns, gs, ans):
+        """Replace missing cotangents of a multi-output node by zeros."""
+        return [ns.zeros_like(a) if g is None else g for g, a in zip(gs, ans)]
+
+    def __repr__(self):
+        return f"<Rule {self.name} ({self.bound}-bound)>"
+
+
+def _per_argument(fns: Sequence[Callable | None]):
+    def vjp(ns, g, ans, args, params, parents):
+        return [
+            None if (p is None or f is None) else f(ns, g, ans, *args, **params)
+            for f, p in zip(fns, parents)
+        ]
+
+    return vjp
+
+
+def defvjp(name: str, *fns: Callable | None, bound: str = MEMORY, nout: int = 1) -> Rule:
+    """Register per-argument VJPs ``fns[i](ns, g, ans, *args, **params)`` for ``name``."""
+    rule = Rule(name, _per_argument(fns), bound=bound, nout=nout)
+    RULES[name] = rule
+    return rule
+
+
+def defvjp_all(name: str, fn: Callable, *, bound: str = MEMORY, nout: int = 1,
+               deterministic: bool = True) -> Rule:
+    """Register one VJP ``fn(ns, g, ans, args, params, parents) -> list`` for all arguments.
+
+    Used where arguments are variadic (concat, stack) or share work.
+    """
+    rule = Rule(name, fn, bound=bound, nout=nout, deterministic=deterministic)
+    RULES[name] = rule
+    return rule
+
+
+SELECT = Rule("_select", None, select=True)

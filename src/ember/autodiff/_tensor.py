@@ -1,0 +1,169 @@
+"""``ember.Tensor``: one backend array, optionally tracked by a trace.
+
+A Tensor is *not* an ndarray subclass. Outside a transform it is a thin
+wrapper (``_value`` is the backend array, ``_node`` is None). Inside one, a
+tracked Tensor's ``_value`` is a Tensor one level down and ``_node`` is its
+tape node. Each wrapper namespace makes its own subclass, so a class check
+both finds the fast path and catches tensors of two namespaces mixed in one
+op. Operators and methods are installed by the namespace factory.
+"""
+
+from __future__ import annotations
+
+from .._errors import BackendError
+
+__all__ = ["Tensor", "raw_value"]
+
+
+class Tensor:
+    """A differentiable array of one backend; see the module docstring.
+
+    Create tensors with a wrapper namespace, e.g.::
+
+        import ember.autodiff.numpy as xp
+        x = xp.asarray([1.0, 2.0])
+    """
+
+    __slots__ = ("_value", "_node", "__weakref__")
+    __hash__ = None  # == is elementwise, as for every array-API array
+    __array_priority__ = 1000  # NumPy defers reflected operators to Tensor
+    _ns = None  # set on the per-namespace subclass
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(
+            "ember.Tensor is not created directly: use a wrapper namespace, e.g. "
+            "`import ember.autodiff.numpy as xp; xp.asarray(data)`"
+        )
+
+    # ----- attributes (read from the backend array) -----------------------
+    @property
+    def raw(self):
+        """The backend array under all trace levels (no gradient flows through it)."""
+        return raw_value(self)
+
+    @property
+    def dtype(self):
+        return raw_value(self).dtype
+
+    @property
+    def shape(self):
+        return tuple(raw_value(self).shape)
+
+    @property
+    def ndim(self):
+        return raw_value(self).ndim
+
+    @property
+    def size(self):
+        s = raw_value(self).size
+        return None if s is None else int(s) if not isinstance(s, float) or s == s else None
+
+    @property
+    def device(self):
+        v = raw_value(self)
+        dev = getattr(v, "device", None)
+        if dev is None:
+            return type(self)._ns.__array_namespace_info__().default_device()
+        return dev
+
+    @property
+    def T(self):
+        return type(self)._ns.permute_dims(self, tuple(range(self.ndim))[::-1])
+
+    @property
+    def mT(self):
+        return type(self)._ns.matrix_transpose(self)
+
+    def __array_namespace__(self, /, *, api_version=None):
+        ns = type(self)._ns
+        if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12", "2024.12", "2025.12"):
+            raise ValueError(f"Unrecognized array API version: {api_version!r}")
+        return ns
+
+    def to_device(self, device, /, *, stream=None):
+        return type(self)._ns._to_device(self, device, stream)
+
+    # ----- conversion to Python scalars / NumPy ---------------------------
+    def _scalar(self, kind):
+        if self.ndim != 0:
+            raise TypeError(
+                f"{kind}() of a Tensor needs a 0-d tensor, got shape {self.shape}; "
+                f"index it first, e.g. {kind}(x[0])"
+            )
+        return raw_value(self)
+
+    def __bool__(self):
+        return bool(self._scalar("bool"))
+
+    def __float__(self):
+        return float(self._scalar("float"))
+
+    def __int__(self):
+        return int(self._scalar("int"))
+
+    def __complex__(self):
+        return complex(self._scalar("complex"))
+
+    def __index__(self):
+        return self._scalar("index").__index__()
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d Tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d Tensor")
+        n = self.shape[0]
+        if n is None:
+            raise TypeError("iteration over a Tensor whose first dimension is unknown")
+        for i in range(n):
+            yield self[i]
+
+    def __array__(self, dtype=None, copy=None):
+        v = raw_value(self)
+        conv = getattr(v, "__array__", None)
+        if conv is None:
+            raise TypeError(
+                f"Tensor of backend {type(self)._ns._backend_name!r} cannot be converted to a "
+                "NumPy array implicitly; move it first with ember.to_backend(x, 'numpy')"
+            )
+        if copy is None:
+            return conv(dtype) if dtype is not None else conv()
+        return conv(dtype, copy=copy) if dtype is not None else conv(copy=copy)
+
+    def __dlpack__(self, /, **kwargs):
+        return raw_value(self).__dlpack__(**kwargs)
+
+    def __dlpack_device__(self, /):
+        return raw_value(self).__dlpack_device__()
+
+    def __repr__(self):
+        ns = type(self)._ns
+        node = self._node
+        track = "" if node is None else f", traced at level {node.trace.level}"
+        return f"Tensor({raw_value(self)!r}, backend={ns._backend_name!r}{track})"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        raise TypeError("ember Tensors are not pickled; save them with ember.io.save")
+
+
+def raw_value(x):
+    """The backend array under every trace level of ``x``."""
+    while x._node is not None:
+        x = x._value
+    return x._value
+
+
+def mixing_error(op: str, a, ns) -> BackendError:
+    """Error for an argument that belongs to another namespace or library."""
+    other = type(a)._ns._backend_name if isinstance(a, Tensor) else type(a).__module__.split(".")[0]
+    return BackendError(
+        f"{op}: cannot mix a tensor of namespace {ns._backend_name!r} with "
+        f"{'a tensor of namespace' if isinstance(a, Tensor) else 'an array of library'} "
+        f"{other!r}; move one with ember.to_backend(x, {ns._backend_name!r}) or "
+        f"convert it with xp.asarray"
+    )

@@ -1,0 +1,298 @@
+"""Reverse-mode transforms over structures: grad, value_and_grad, vjp.
+
+A transform opens a :class:`~ember.autodiff.Trace`, wraps every floating
+array leaf of the differentiated arguments as a tracked tensor, calls the
+function, and runs the backward pass. Arguments may be any structure
+``ember.tree`` knows (tensors, lists, tuples, dicts, None, registered
+dataclasses, namedtuples); the gradient has the same structure, with
+constants (Python scalars, strings, static fields, integer arrays) kept as
+they are.
+
+Raw backend arrays (e.g. NumPy) are accepted too: inside the function they
+are ember Tensors, and their gradients come back as raw arrays of the same
+library, so plain NumPy model code can be differentiated.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+from .. import tree as _tree
+from .._errors import NotDifferentiableError
+from ..autodiff import Tensor, namespace
+from ..autodiff._tensor import raw_value
+from ..autodiff._trace import Node, Trace, backward
+
+__all__ = ["grad", "value_and_grad", "vjp", "stop_gradient"]
+
+CHECKPOINTING = ("none", "balanced", "segments")
+NON_SCALAR = (
+    "{op}: the function returned an array of shape {shape}; {op} needs a scalar (0-d) "
+    "output. Reduce it (e.g. xp.sum(y)) or use ember.vjp(f, x) to pull back a "
+    "cotangent of shape {shape}"
+)
+NOT_ARRAY = (
+    "{op}: the function returned {what}; {op} needs a 0-d floating-point array. Return "
+    "an array computed from the inputs (e.g. xp.sum(...))"
+)
+
+
+class _Leaf:
+    """Bookkeeping for one differentiated leaf: its tracked tensor and how to give back."""
+
+    __slots__ = ("tensor", "node", "raw_input", "original")
+
+    def __init__(self, tensor, node, raw_input, original):
+        self.tensor = tensor
+        self.node = node
+        self.raw_input = raw_input
+        self.original = original
+
+
+def _track(x, trace: Trace) -> _Leaf | None:
+    """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating."""
+    raw_input = not isinstance(x, Tensor)
+    t = namespace(x).asarray(x) if raw_input else x
+    ns = type(t)._ns
+    if not ns._dispatch.is_differentiable(t):
+        return None
+    node = Node(None, None, None, (), None, trace, ns)
+    return _Leaf(ns._dispatch.make(t, node), node, raw_input, x)
+
+
+def _lower(x, trace: Trace):
+    """``x`` with this trace's level removed (values one level down)."""
+    if isinstance(x, Tensor) and x._node is not None and x._node.trace is trace:
+        return x._value
+    return x
+
+
+def _trace_args(args, argnums, trace):
+    """Replace the arrays of ``args[argnums]`` by tracked tensors; return bookkeeping."""
+    args = list(args)
+    per_arg = []
+    for i in argnums:
+        if i >= len(args) or i < -len(args):
+            raise TypeError(
+                f"argnums includes {i} but the function was called with {len(args)} positional "
+                "arguments"
+            )
+        leaves, treedef = _tree.flatten(args[i])
+        tracked = [_track(x, trace) for x in leaves]
+        args[i] = _tree.unflatten(
+            treedef, [x if t is None else t.tensor for x, t in zip(leaves, tracked)]
+        )
+        per_arg.append((treedef, leaves, tracked))
+    return args, per_arg
+
+
+def _gradients(per_arg, unused):
+    out = []
+    for treedef, leaves, tracked in per_arg:
+        gs = []
+        for x, t in zip(leaves, tracked):
+            if t is None:
+                gs.append(x)  # constants keep their value
+                continue
+            g = t.node.g
+            if g is None:
+                if unused == "none":
+                    gs.append(None)
+                    continue
+                g = type(t.tensor)._ns.zeros_like(t.tensor._value)
+            elif g.dtype != t.tensor.dtype or g.shape != t.tensor.shape:
+                g = _fit_leaf(g, t.tensor)
+            gs.append(raw_value(g) if t.raw_input else g)
+        out.append(_tree.unflatten(treedef, gs))
+    return out
+
+
+def _fit_leaf(g, x):
+    ns = type(x)._ns
+    if g.shape != x.shape:
+        g = ns.broadcast_to(g, x.shape)
+    if g.dtype != x.dtype:
+        g = ns.astype(g, x.dtype)
+    return g
+
+
+def _check_options(op, checkpointing, unused):
+    if checkpointing not in CHECKPOINTING:
+        raise ValueError(
+            f"{op}: checkpointing must be one of {CHECKPOINTING}, not {checkpointing!r}"
+        )
+    if unused not in ("zeros", "none"):
+        raise ValueError(f"{op}: unused must be 'zeros' or 'none', not {unused!r}")
+
+
+def _normalize_argnums(argnums):
+    if isinstance(argnums, int):
+        return (argnums,), True
+    return tuple(argnums), False
+
+
+def value_and_grad(
+    f: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    *,
+    unused: str = "zeros",
+    checkpointing: str = "none",
+) -> Callable:
+    """Make a function returning ``(f(*args), gradient of f w.r.t. args[argnums])``.
+
+    ``f`` must return a 0-d floating tensor (or ``(value, aux)`` with
+    ``has_aux=True``, giving ``((value, aux), grad)``). The gradient has the
+    structure of the differentiated argument; leaves ``f`` does not use get
+    zeros, or ``None`` with ``unused="none"``.
+
+    >>> import ember, ember.autodiff.numpy as xp
+    >>> v, g = ember.value_and_grad(lambda x: xp.sum(x * x))(xp.asarray([1.0, 2.0]))
+    >>> float(v), g.raw.tolist()
+    (5.0, [2.0, 4.0])
+    """
+    nums, single = _normalize_argnums(argnums)
+    _check_options("value_and_grad", checkpointing, unused)
+    op = getattr(f, "__name__", "f")
+
+    @functools.wraps(f)
+    def wrapped(*args, **kwargs):
+        with Trace(checkpointing) as trace:
+            targs, per_arg = _trace_args(args, nums, trace)
+            res = f(*targs, **kwargs)
+        aux = None
+        if has_aux:
+            if not (isinstance(res, (tuple, list)) and len(res) == 2):
+                raise TypeError(
+                    f"value_and_grad({op}, has_aux=True): the function must return a pair "
+                    f"(value, aux), got {type(res).__name__}"
+                )
+            res, aux = res
+            aux = _tree.map(lambda a: _lower(a, trace), aux)
+        value = _scalar_output("grad", res, trace)
+        if isinstance(value, Tensor) and value._node is not None and value._node.trace is trace:
+            seed = type(value)._ns.ones_like(value._value)
+            backward(trace, [(value._node, seed)])
+            value = value._value
+        grads = _gradients(per_arg, unused)
+        if per_arg and all(t is None or t.raw_input for _, _, ts in per_arg for t in ts) and any(
+            t is not None for _, _, ts in per_arg for t in ts
+        ):
+            value = raw_value(value) if isinstance(value, Tensor) else value
+        g = grads[0] if single else tuple(grads)
+        return ((value, aux), g) if has_aux else (value, g)
+
+    return wrapped
+
+
+def _scalar_output(op, res, trace):
+    if isinstance(res, Tensor):
+        if res.ndim != 0:
+            raise NotDifferentiableError(NON_SCALAR.format(op=op, shape=res.shape))
+        return res
+    if isinstance(res, (int, float)) and not isinstance(res, bool):
+        return res
+    what = f"a {type(res).__name__}"
+    if hasattr(res, "shape"):
+        if len(res.shape) != 0:
+            raise NotDifferentiableError(NON_SCALAR.format(op=op, shape=tuple(res.shape)))
+        return res
+    raise NotDifferentiableError(NOT_ARRAY.format(op=op, what=what))
+
+
+def grad(
+    f: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    *,
+    unused: str = "zeros",
+    checkpointing: str = "none",
+) -> Callable:
+    """Make a function returning the gradient of scalar ``f`` w.r.t. ``args[argnums]``.
+
+    Transforms nest: ``grad(grad(f))`` gives the second derivative.
+
+    >>> import ember, ember.autodiff.numpy as xp
+    >>> float(ember.grad(ember.grad(lambda x: x ** 3))(xp.asarray(2.0)))
+    12.0
+    """
+    vg = value_and_grad(f, argnums, has_aux, unused=unused, checkpointing=checkpointing)
+
+    @functools.wraps(f)
+    def wrapped(*args, **kwargs):
+        (_, aux), g = vg(*args, **kwargs) if has_aux else ((None, None), vg(*args, **kwargs)[1])
+        return (g, aux) if has_aux else g
+
+    return wrapped
+
+
+def vjp(f: Callable, *primals: Any, has_aux: bool = False, checkpointing: str = "none"):
+    """Evaluate ``f(*primals)`` and return ``(out, vjp_fn)`` (plus ``aux``).
+
+    ``vjp_fn(cotangent)`` takes a cotangent with the structure of ``out`` and
+    returns a tuple with one gradient per primal. It may be called several
+    times (e.g. once per row of a Jacobian).
+
+    >>> import ember, ember.autodiff.numpy as xp
+    >>> y, pull = ember.vjp(lambda x: x * 3.0, xp.asarray([1.0, 2.0]))
+    >>> pull(xp.asarray([1.0, 10.0]))[0].raw.tolist()
+    [3.0, 30.0]
+    """
+    _check_options("vjp", checkpointing, "zeros")
+    trace = Trace(checkpointing)
+    with trace:
+        targs, per_arg = _trace_args(primals, tuple(range(len(primals))), trace)
+        res = f(*targs)
+    aux = None
+    if has_aux:
+        res, aux = res
+        aux = _tree.map(lambda a: _lower(a, trace), aux)
+    out_leaves, out_def = _tree.flatten(res)
+    all_raw = all(t is None or t.raw_input for _, _, ts in per_arg for t in ts)
+
+    def vjp_fn(cotangent):
+        ct_leaves, ct_def = _tree.flatten(cotangent)
+        if len(ct_leaves) != len(out_leaves):
+            raise ValueError(
+                f"vjp: the cotangent has {len(ct_leaves)} arrays but the output has "
+                f"{len(out_leaves)}; give one cotangent per output array"
+            )
+        seeds = []
+        for o, c in zip(out_leaves, ct_leaves):
+            if isinstance(o, Tensor) and o._node is not None and o._node.trace is trace:
+                ns = type(o)._ns
+                c = ns.asarray(c) if not isinstance(c, Tensor) else c
+                if tuple(c.shape) != tuple(o.shape):
+                    raise ValueError(
+                        f"vjp: cotangent shape {tuple(c.shape)} does not match the output "
+                        f"shape {tuple(o.shape)}"
+                    )
+                seeds.append((o._node, c))
+        for _, _, tracked in per_arg:
+            for t in tracked:
+                if t is not None:
+                    t.node.g = None
+        backward(trace, seeds, retain=True)
+        return tuple(_gradients(per_arg, "zeros"))
+
+    out = _tree.map(lambda a: _lower(a, trace), res)
+    if all_raw and per_arg:
+        out = _tree.map(lambda a: raw_value(a) if isinstance(a, Tensor) else a, out)
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def stop_gradient(x):
+    """``x`` (any structure) with every tensor cut off from all traces.
+
+    >>> import ember, ember.autodiff.numpy as xp
+    >>> float(ember.grad(lambda x: x * ember.stop_gradient(x))(xp.asarray(3.0)))
+    3.0
+    """
+
+    def cut(a):
+        if isinstance(a, Tensor) and a._node is not None:
+            return type(a)._ns._wrap(raw_value(a))
+        return a
+
+    return _tree.map(cut, x)
