@@ -80,15 +80,13 @@ def op_error(op: str, exc: Exception, args) -> Exception:
     return exc
 
 
-_FLOATING_CACHE: dict = {}
-
-
 class _Dispatcher:
     """Builds one namespace; its methods are the dispatch paths of that namespace."""
 
     def __init__(self, bxp, bname: str, modname: str):
         self.xp = bxp
         self.bname = bname
+        self.floating: dict = {}  # dtype -> can carry a gradient
         mod = self.module = types.ModuleType(modname)
         mod.__doc__ = (
             f"Differentiable array-API namespace over the {bname!r} backend.\n\n"
@@ -246,12 +244,13 @@ class _Dispatcher:
     def is_differentiable(self, t) -> bool:
         """Whether a result of this dtype can carry a gradient (floating or complex)."""
         dt = raw_value(t).dtype
+        cache = self.floating
         try:
-            return _FLOATING_CACHE[dt]
+            return cache[dt]
         except (KeyError, TypeError):
             ok = self.xp.isdtype(dt, ("real floating", "complex floating"))
             try:
-                _FLOATING_CACHE[dt] = ok
+                cache[dt] = ok
             except TypeError:
                 pass
             return ok
