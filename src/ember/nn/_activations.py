@@ -1,0 +1,70 @@
+"""Activation functions, written with the namespace of their input.
+
+They are plain functions, so inside a model structure they are constants
+(``ember.tree`` keeps them in the treedef): ``[(Linear, relu), ...]``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._util import erf, namespace
+
+__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "identity"]
+
+
+def identity(x: Any) -> Any:
+    """Return ``x`` unchanged (a no-op activation)."""
+    return x
+
+
+def relu(x: Any) -> Any:
+    """``max(x, 0)``; the gradient at 0 is 0 (as in PyTorch)."""
+    xp = namespace(x)
+    return xp.where(x > 0, x, xp.zeros_like(x))
+
+
+def sigmoid(x: Any) -> Any:
+    """``1 / (1 + exp(-x))`` computed without overflow for large ``|x|``."""
+    xp = namespace(x)
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def tanh(x: Any) -> Any:
+    """Hyperbolic tangent."""
+    return namespace(x).tanh(x)
+
+
+def silu(x: Any) -> Any:
+    """``x * sigmoid(x)`` (a.k.a. swish)."""
+    return x * sigmoid(x)
+
+
+def gelu(x: Any, approximate: bool = False) -> Any:
+    """Gaussian error linear unit ``x * Phi(x)``; ``approximate=True`` uses the tanh form.
+
+    The exact form matches ``torch.nn.GELU()``; the tanh form matches
+    ``GELU(approximate="tanh")``. The standard has no erf, so ember computes
+    it from a Chebyshev series (absolute error ~1e-16 in float64).
+    """
+    if approximate:
+        xp = namespace(x)
+        c = math.sqrt(2.0 / math.pi)
+        return 0.5 * x * (1.0 + xp.tanh(c * (x + 0.044715 * (x * x * x))))
+    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def softmax(x: Any, axis: int = -1) -> Any:
+    """``exp(x) / sum(exp(x))`` along ``axis`` (shifted by the max for stability)."""
+    xp = namespace(x)
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+def log_softmax(x: Any, axis: int = -1) -> Any:
+    """``x - logsumexp(x)`` along ``axis``, computed stably."""
+    xp = namespace(x)
+    s = x - xp.max(x, axis=axis, keepdims=True)
+    return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))

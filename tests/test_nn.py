@@ -1,0 +1,248 @@
+"""ember.nn: Module API, layers on every backend, state, errors, initializers."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import array_api_compat
+import numpy as np
+import pytest
+
+import ember
+import ember.autodiff.numpy as xp
+import ember.nn as nn
+import ember.random as er
+import ember.tree as tree
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _mlp(xp_=xp):
+    return nn.MLP.init(er.key(0), 3, [4], 2, xp=xp_)
+
+
+# --- Module ---------------------------------------------------------------------------
+
+
+def test_module_is_frozen_dataclass_and_tree():
+    m = _mlp()
+    assert dataclasses.is_dataclass(m)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.out = None
+    paths = [str(p) for p in tree.paths(m)]
+    assert paths == ["hidden.0.0.weight", "hidden.0.0.bias", "out.weight", "out.bias"]
+    m2 = tree.map(lambda a: a * 0, m)
+    assert type(m2) is nn.MLP and m2.hidden[0][1] is nn.relu
+
+
+def test_mutable_module_opt_in():
+    class Box(nn.Module, frozen=False):
+        w: object
+
+    b = Box(xp.ones(2))
+    b.w = xp.zeros(2)
+    assert b.w.raw.tolist() == [0.0, 0.0]
+
+
+def test_parameters_replace_at():
+    m = _mlp()
+    params = dict((str(p), a) for p, a in m.parameters())
+    assert list(params) == ["hidden.0.0.weight", "hidden.0.0.bias", "out.weight", "out.bias"]
+    assert m.at("out.weight") is m.out.weight
+    assert m.at(tree.parse_path("hidden.0.1")) is nn.relu
+    new = m.replace(out=m.out.replace(bias=None))
+    assert new.out.bias is None and m.out.bias is not None
+    with pytest.raises(KeyError, match="hidden.5"):
+        m.at("hidden.5.weight")
+
+
+def test_int_arrays_and_static_are_not_parameters():
+    class Tok(nn.Module):
+        ids: object
+        w: object
+        table: object = ember.field(static=True, default=None)
+
+    t = Tok(xp.asarray([1, 2]), xp.ones(3), xp.ones(4))
+    assert [str(p) for p, _ in t.parameters()] == ["w"]
+    assert nn.count_parameters(t) == 3
+
+
+def test_repr_and_summary():
+    m = _mlp()
+    r = repr(m)
+    assert r.startswith("MLP(  # 26 params")
+    assert "weight=float32[4, 3]" in r and "relu" in r
+    s = nn.summary(nn.BatchNorm.init(3))
+    assert "running_mean" in s and "no" in s.splitlines()[-2]
+    assert s.splitlines()[-1] == "total: 12 values, 6 trainable"
+
+
+# --- backends ---------------------------------------------------------------------------
+
+
+def _cnn(xp_):
+    k1, k2 = er.split(er.key(1), 2)
+    return [
+        nn.Conv2d.init(k1, 2, 4, 3, padding=1, groups=2, xp=xp_), nn.gelu,
+        nn.MaxPool2d(3, stride=1, padding=1), nn.AvgPool2d(2),
+        nn.BatchNorm.init(4, xp=xp_), nn.LayerNorm.init((4, 2, 2), xp=xp_),
+    ], nn.Linear.init(k2, 16, 3, xp=xp_)
+
+
+def _run(xp_, x, convert=None):
+    feats, head = _cnn(xp_)
+    if convert is not None:  # same weights on another backend
+        feats, head = tree.map(convert, (feats, head))
+    h = nn.apply(feats, x)
+    ns = array_api_compat.array_namespace(h)
+    return nn.softmax(head(ns.reshape(h, (h.shape[0], -1))))
+
+
+def test_layers_on_raw_numpy_dask_and_wrappers():
+    x = np.random.default_rng(0).standard_normal((2, 2, 4, 4)).astype(np.float32)
+    ref = _run(xp, xp.asarray(x)).raw
+    raw = _run(None, x)
+    assert type(raw) is np.ndarray
+    np.testing.assert_allclose(raw, ref, rtol=1e-6)
+    da = pytest.importorskip("dask.array")
+    d = _run(None, da.from_array(x, chunks=1), convert=lambda a: da.from_array(a, chunks=2))
+    assert type(d).__module__.startswith("dask")
+    np.testing.assert_allclose(np.asarray(d.compute()), ref, rtol=1e-5, atol=1e-6)
+    import ember.autodiff.array_api_strict as sxp
+
+    s = _run(None, sxp.asarray(x), convert=sxp.asarray)
+    np.testing.assert_allclose(np.asarray(s.raw), ref, rtol=1e-6)
+
+
+def test_grad_of_raw_numpy_model():
+    m = nn.Linear.init(er.key(0), 3, 2, dtype="float64")
+    x = np.ones((4, 3))
+    g = ember.grad(lambda m: xp.sum(m(x) ** 2))(m)
+    assert type(g.weight) is np.ndarray and g.weight.shape == (2, 3)
+
+
+# --- state and randomness -----------------------------------------------------------------
+
+
+def test_batchnorm_training_through_grad_has_aux():
+    model = nn.Sequential([nn.Linear.init(er.key(0), 3, 4, xp=xp), nn.BatchNorm.init(4, xp=xp), nn.relu])
+    x = xp.asarray(np.random.default_rng(0).standard_normal((8, 3)).astype(np.float32))
+
+    def loss(m):
+        y, new = m(x, train=True)
+        return xp.sum(y * y), new
+
+    g, new = ember.grad(loss, has_aux=True)(model)
+    bn_old, bn_new = model.layers[1], new.layers[1]
+    assert not np.allclose(bn_new.running_mean.raw, bn_old.running_mean.raw)
+    assert bn_new.running_mean._node is None  # cut from the trace
+    # an optimizer step over the gradient structure leaves the statistics alone
+    stepped = tree.map(lambda p, gi: p - 0.1 * gi, new, g)
+    assert stepped.layers[1].running_var is bn_new.running_var
+    assert "running_mean" not in [str(p).split(".")[-1] for p, _ in model.parameters()]
+    y_eval = new(x)  # inference uses running statistics and returns y only
+    assert y_eval.shape == (8, 4)
+
+
+def test_dropout_keys_in_sequential():
+    seq = nn.Sequential([nn.Dropout(0.5), nn.Dropout(0.5)])
+    x = xp.ones((50, 50))
+    a = seq(x, key=er.key(0)).raw
+    assert np.array_equal(a, seq(x, key=er.key(0)).raw)
+    assert not np.array_equal(a, seq(x, key=er.key(1)).raw)
+    assert set(np.unique(a).tolist()) <= {0.0, 4.0}
+    assert np.array_equal(seq(x).raw, x.raw)
+    with pytest.raises(ValueError, match="rate"):
+        nn.Dropout(1.0)
+
+
+def test_apply_rejects_non_layers():
+    with pytest.raises(TypeError, match="position 1"):
+        nn.apply([nn.relu, 3], xp.ones(2))
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def test_conv_errors_say_what_and_how():
+    w = xp.ones((4, 3, 3, 3))
+    with pytest.raises(ValueError, match="conv2d: input of shape .* 2 channels"):
+        nn.conv(xp.ones((1, 2, 5, 5)), w)
+    with pytest.raises(ValueError, match="output would be empty"):
+        nn.conv(xp.ones((1, 3, 2, 2)), w)
+    with pytest.raises(ValueError, match="padding='same' needs stride 1"):
+        nn.conv(xp.ones((1, 3, 5, 5)), w, stride=2, padding="same")
+    with pytest.raises(ValueError, match="divisible by groups"):
+        nn.Conv2d.init(er.key(0), 3, 4, 3, groups=2)
+    with pytest.raises(ValueError, match="cross_entropy: targets"):
+        nn.cross_entropy(xp.ones((2, 3)), xp.asarray([0, 1, 2]))
+    with pytest.raises(ValueError, match="reduction"):
+        nn.mse(xp.ones(2), xp.ones(2), reduction="avg")
+
+
+# --- initializers and erf -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fn,std",
+    [
+        (nn.init.xavier_uniform, math.sqrt(2 / (200 + 100))),
+        (nn.init.glorot_normal, math.sqrt(2 / (200 + 100))),
+        (nn.init.kaiming_uniform, math.sqrt(2 / 100)),
+        (nn.init.he_normal, math.sqrt(2 / 100)),
+        (nn.init.torch_default, 1 / math.sqrt(3 * 100)),
+    ],
+)
+def test_initializer_scales(fn, std):
+    w = fn(er.key(0), (200, 100))
+    assert w.shape == (200, 100) and w.dtype == np.float32
+    assert abs(float(np.std(w)) / std - 1) < 0.05
+    assert np.array_equal(w, fn(er.key(0), (200, 100)))
+
+
+def test_simple_initializers():
+    assert float(np.sum(nn.init.zeros(None, (3, 2)))) == 0.0
+    assert nn.init.fans((8, 4, 3, 3)) == (36, 72)
+    u = nn.init.uniform(er.key(1), (1000,), "float64", low=2, high=3)
+    assert u.dtype == np.float64 and 2 <= float(np.min(u)) and float(np.max(u)) < 3
+    n = nn.init.normal(er.key(1), (4,), xp=xp)
+    assert type(n).__name__ == "Tensor"
+
+
+def test_erf_accuracy():
+    x = np.linspace(-8, 8, 4001)
+    ref = np.array([math.erf(v) for v in x])
+    assert float(np.max(np.abs(nn.erf(x) - ref))) < 1e-13
+
+
+# --- examples ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", ["mlp_digits.py", "cnn_digits.py"])
+def test_examples_quick(script):
+    pytest.importorskip("sklearn")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), "--quick"],
+        capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    acc = float(out.stdout.strip().splitlines()[-1].split()[2])
+    assert acc > 0.3
+
+
+@pytest.mark.slow
+def test_cnn_digits_reaches_97_percent_in_two_minutes():
+    pytest.importorskip("sklearn")
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import cnn_digits
+    finally:
+        sys.path.pop(0)
+    _, acc, seconds = cnn_digits.train(10, log=False)
+    assert acc >= 0.97
+    assert seconds < 120
