@@ -9,5 +9,6 @@ from ._namespace import namespace
 from ._rules import COMPUTE, MEMORY, RULES, Rule, defvjp, defvjp_all
 from ._tensor import Tensor
 from ._trace import Trace
+from ._checkpoint import memory_report
 
-__all__ = ["namespace", "Tensor", "Trace", "RULES", "Rule", "defvjp", "defvjp_all", "COMPUTE", "MEMORY"]
+__all__ = ["namespace", "Tensor", "Trace", "RULES", "Rule", "defvjp", "defvjp_all", "COMPUTE", "MEMORY", "memory_report"]

@@ -14,22 +14,37 @@ That is how ``grad(grad(f))`` works without perturbation confusion.
 
 from __future__ import annotations
 
-__all__ = ["Trace", "Node", "active_traces", "backward"]
+import weakref
+
+__all__ = ["Trace", "Node", "active_traces", "live_traces", "backward"]
 
 #: Stack of traces that are open right now, innermost last.
 active_traces: list = []
+#: Every Trace object still alive (open or retained, e.g. by a vjp function); the
+#: ownership layer scans their tapes before an in-place write (copy-on-write).
+live_traces: "weakref.WeakSet" = weakref.WeakSet()
 
 
 class Trace:
     """One level of differentiation: a tape of nodes in recording order."""
 
-    __slots__ = ("level", "nodes", "active", "checkpointing", "__weakref__")
+    __slots__ = ("level", "nodes", "active", "checkpointing", "saver", "remat", "__weakref__")
 
     def __init__(self, checkpointing: str = "none"):
         self.level = active_traces[-1].level + 1 if active_traces else 1
         self.nodes: list = []
         self.active = False
         self.checkpointing = checkpointing
+        live_traces.add(self)
+        # saver(node, impl): called for each recorded node while a checkpointing
+        # strategy or region is in effect; remat: the per-trace recompute state
+        # (see _checkpoint.py) once any value may have been dropped.
+        self.saver = None
+        self.remat = None
+        if checkpointing != "none":
+            from ._checkpoint import install_strategy
+
+            install_strategy(self, checkpointing)
 
     def __enter__(self):
         self.active = True
@@ -86,6 +101,10 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
     function that may be called again), each visited node drops its saved
     values right away, so memory falls as backward proceeds.
     """
+    if trace.remat is not None:  # some values were not kept: recompute them on the way
+        from ._checkpoint import backward_remat
+
+        return backward_remat(trace, seeds, retain)
     for node, g in seeds:
         _accumulate(node, g)
     nodes = trace.nodes

@@ -1,5 +1,8 @@
 """Function transforms: grad, value_and_grad, vjp, stop_gradient (and more to come)."""
 
+from ._checkpoint import checkpoint, checkpoint_name
 from ._transforms import grad, stop_gradient, value_and_grad, vjp
+from ._forward import hessian, hvp, jacfwd, jacrev, jvp
 
-__all__ = ["grad", "value_and_grad", "vjp", "stop_gradient"]
+__all__ = ["grad", "value_and_grad", "vjp", "stop_gradient", "checkpoint", "checkpoint_name",
+           "jvp", "jacfwd", "jacrev", "hessian", "hvp"]
