@@ -1,0 +1,336 @@
+"""The optimizer protocol and the path-indexed machinery every ember optimizer shares.
+
+An optimizer is a pair of pure functions (like optax):
+
+    state = opt.init(params)
+    params, state = opt.update(params, grads, state)
+
+``params`` is any ember structure (dicts, lists, registered dataclasses,
+modules); its *parameters* are its real floating-point array leaves. The
+state is plain data that :func:`ember.io.save` can write::
+
+    {"step": <int: updates done>,
+     "params": {"encoder.layers.0.weight": {"step": <int>, "m": <array>, ...}, ...}}
+
+It is indexed by the parameter's path text, not by object identity or
+position, so it survives a restart, a refactor that keeps paths (or one that
+:func:`ember.optim.rename` follows), and a model that grows. Per-parameter
+arrays live on the parameter's own backend (``zeros_like(p)`` of its
+namespace) and have its shape and dtype.
+
+Convention for the per-parameter state: a fresh one is ``{"step": 0}`` plus
+zero arrays, one per *slot*; update rules treat ``step == 0`` as the first
+update. That is what makes :func:`ember.optim.reset` exact without knowing
+the optimizer.
+
+:class:`PathOptimizer` implements parameter groups, freezing, the
+``on_new`` / ``on_missing`` policies, gradient clipping and learning-rate
+schedules once; a concrete optimizer only names its hyperparameters and
+slots and writes ``_apply``: the update of one parameter, with the array-API
+namespace of that parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+from .. import tree as _tree
+from .._errors import DTypeError, ShapeError, StructureError
+from . import policies as _policies
+from ._patterns import Pattern, kind, matcher, namespace
+from .clip import clip_by_global_norm
+from .groups import Group, assign
+from .schedules import as_schedule
+
+__all__ = ["Optimizer", "PathOptimizer", "State"]
+
+State = dict  # {"step": int, "params": {path: {"step": int, slot: array}}}
+
+# Error texts (module constants so tests can check them).
+MISSING_GRADS = (
+    "{op}: no gradient for the trainable parameters {paths}. Pass grads with the same "
+    "structure as params (e.g. from ember.grad), or freeze those paths with freeze=..."
+)
+GRAD_SHAPE = (
+    "{op}: the gradient of {path} has shape {gshape} but the parameter has shape {pshape}; "
+    "gradients must have their parameter's shape (no broadcasting)"
+)
+COMPLEX_PARAM = (
+    "{op}: the parameters {paths} are complex; ember optimizers update real floating-point "
+    "parameters only. Store them as separate real and imaginary arrays, or freeze them"
+)
+UNKNOWN_HPARAM = (
+    "{op}: unknown hyperparameter(s) {names} in group {group}; {op} takes {known}"
+)
+BAD_HPARAM = "{op}: {name}={value!r} is invalid: {why}"
+BAD_STEP = (
+    "{op}: the state's 'step' is {value!r}; it must be a non-negative int (the number of "
+    "updates done). Was the state built by {op}.init?"
+)
+
+
+@runtime_checkable
+class Optimizer(Protocol):
+    """What ember's training code needs from an optimizer: two pure functions.
+
+    ``init(params) -> state`` builds the state for a parameter structure;
+    ``update(params, grads, state) -> (params, state)`` returns new ones and
+    never mutates its arguments.
+    """
+
+    def init(self, params: Any) -> State: ...
+
+    def update(self, params: Any, grads: Any, state: State) -> tuple[Any, State]: ...
+
+
+class _Plan:
+    """What one structure (treedef + which leaves are parameters) means for an optimizer."""
+
+    __slots__ = ("paths", "trainable", "frozen")
+
+    def __init__(self, paths: list[str], trainable: list[tuple[int, str, int]], frozen: list[str]):
+        self.paths = paths
+        self.trainable = trainable  # (leaf index, path text, group index)
+        self.frozen = frozen
+
+
+class PathOptimizer:
+    """Base class of ember's optimizers: path-indexed state, groups, freezing, policies.
+
+    Subclasses set ``HPARAMS`` (defaults of their hyperparameters, ``lr``
+    first), implement ``_slots(hp)`` (names of the per-parameter arrays for
+    hyperparameters ``hp``) and ``_apply(xp, p, g, s, hp, t)``, the update of
+    one parameter ``p`` with gradient ``g`` and slot arrays ``s`` at its
+    ``t``-th update (``t`` starts at 1), returning ``(new_p, new_slots)``.
+
+    Options shared by every optimizer:
+
+    - ``groups``: a list of :class:`ember.optim.Group`; each trainable
+      parameter must fall in exactly one (checked at every new structure).
+      A group overrides hyperparameters and scales the learning rate.
+    - ``freeze``: a path pattern; matching parameters get no update and no state.
+    - ``on_new``: ``"init"`` (a parameter without state starts from a fresh
+      one) or ``"error"``.
+    - ``on_missing``: what happens to state entries whose parameter is gone
+      (removed, renamed or frozen): ``"keep"``, ``"drop"`` or ``"error"``.
+    - ``clip_norm``: if set, gradients of the trainable parameters are scaled
+      by :func:`ember.optim.clip_by_global_norm` before the update.
+    """
+
+    HPARAMS: Mapping[str, Any] = {"lr": 1e-3}
+
+    def __init__(
+        self,
+        hparams: Mapping[str, Any],
+        *,
+        groups: Sequence[Group] | None = None,
+        freeze: Pattern | None = None,
+        on_new: str = "init",
+        on_missing: str = "keep",
+        clip_norm: float | None = None,
+    ) -> None:
+        op = type(self).__name__
+        _policies.check_policies(op, on_new, on_missing)
+        self.hparams = dict(hparams)
+        self.hparams["lr"] = as_schedule(self.hparams["lr"])
+        self._check_hparams(self.hparams, "default")
+        self.groups: tuple[Group, ...] | None = tuple(groups) if groups is not None else None
+        if self.groups is not None:
+            if not self.groups:
+                raise ValueError(f"{op}: groups=[] has no group; pass None for one group of everything")
+            for grp in self.groups:
+                unknown = sorted(set(grp.hparams) - set(self.HPARAMS))
+                if unknown:
+                    raise TypeError(
+                        UNKNOWN_HPARAM.format(op=op, names=unknown, group=grp.label, known=list(self.HPARAMS))
+                    )
+                hp = dict(self.hparams, **grp.hparams)
+                hp["lr"] = as_schedule(hp["lr"])
+                self._check_hparams(hp, grp.label)
+        self.freeze = freeze
+        self._frozen = matcher(freeze, f"{op}(freeze=...)") if freeze is not None else None
+        self.on_new = on_new
+        self.on_missing = on_missing
+        if clip_norm is not None and not clip_norm > 0:
+            raise ValueError(BAD_HPARAM.format(op=op, name="clip_norm", value=clip_norm, why="must be > 0"))
+        self.clip_norm = clip_norm
+        self._plans: dict[Any, _Plan] = {}
+
+    # ------------------------------------------------------------------ hooks
+    def _check_hparams(self, hp: Mapping[str, Any], group: str) -> None:
+        """Raise ValueError for invalid hyperparameters (subclasses extend)."""
+        for name, value in hp.items():
+            if name in ("lr",) or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if value < 0:
+                raise ValueError(
+                    BAD_HPARAM.format(op=type(self).__name__, name=name, value=value, why=f"must be >= 0 (group {group})")
+                )
+
+    def _slots(self, hp: Mapping[str, Any]) -> tuple[str, ...]:
+        """Names of the per-parameter state arrays under hyperparameters ``hp``."""
+        return ()
+
+    def _apply(
+        self, xp: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int
+    ) -> tuple[Any, dict[str, Any]]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ structure
+    def _group_hparams(self, step: int) -> list[dict[str, Any]]:
+        """Hyperparameters of each group with ``lr`` evaluated at ``step``."""
+        groups = self.groups or (Group(),)
+        out = []
+        for grp in groups:
+            hp = dict(self.hparams, **grp.hparams)
+            hp["lr"] = float(as_schedule(hp["lr"])(step)) * grp.lr_scale
+            out.append(hp)
+        return out
+
+    def _plan(self, op: str, leaves: list[Any], td: Any) -> _Plan:
+        mask = []
+        complex_at = []
+        for i, x in enumerate(leaves):
+            k = kind(x)
+            mask.append(k == "real")
+            if k == "complex":
+                complex_at.append(i)
+        key = (td, tuple(mask))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        paths = [str(p) for p in td.paths()]
+        if complex_at:
+            cpaths = [paths[i] for i in complex_at if not (self._frozen and self._frozen(paths[i]))]
+            if cpaths:
+                raise DTypeError(COMPLEX_PARAM.format(op=op, paths=cpaths))
+        trainable_idx = []
+        frozen = []
+        for i, (pth, m) in enumerate(zip(paths, mask)):
+            if not m:
+                continue
+            if self._frozen is not None and self._frozen(pth):
+                frozen.append(pth)
+            else:
+                trainable_idx.append(i)
+        tpaths = [paths[i] for i in trainable_idx]
+        gidx = assign(self.groups, tpaths, op) if self.groups else [0] * len(tpaths)
+        plan = _Plan(paths, [(i, pth, gi) for i, pth, gi in zip(trainable_idx, tpaths, gidx)], frozen)
+        if len(self._plans) >= 16:  # a bounded cache; structures rarely change
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def trainable_paths(self, params: Any) -> list[str]:
+        """Paths (text) of the parameters this optimizer updates: real floating, not frozen."""
+        leaves, td = _tree.flatten(params)
+        return [pth for _, pth, _ in self._plan(f"{type(self).__name__}.trainable_paths", leaves, td).trainable]
+
+    def _fresh(self, p: Any, hp: Mapping[str, Any]) -> dict[str, Any]:
+        xp = namespace(p)
+        s: dict[str, Any] = {"step": 0}
+        for name in self._slots(hp):
+            s[name] = xp.zeros_like(p)
+        return s
+
+    def _specs(self, plan: _Plan, leaves: list[Any], hps: list[dict[str, Any]]) -> dict[str, _policies.Spec]:
+        return {
+            pth: _policies.Spec(leaves[i], self._slots(hps[gi]), lambda i=i, gi=gi: self._fresh(leaves[i], hps[gi]))
+            for i, pth, gi in plan.trainable
+        }
+
+    # ------------------------------------------------------------ protocol
+    def init(self, params: Any) -> State:
+        """A fresh state for ``params``: step 0, zero slots for every trainable parameter."""
+        op = f"{type(self).__name__}.init"
+        leaves, td = _tree.flatten(params)
+        plan = self._plan(op, leaves, td)
+        hps = self._group_hparams(0)
+        return {"step": 0, "params": {pth: self._fresh(leaves[i], hps[gi]) for i, pth, gi in plan.trainable}}
+
+    def update(self, params: Any, grads: Any, state: State) -> tuple[Any, State]:
+        """One optimization step: ``(params, state) -> (new params, new state)``; pure.
+
+        Parameters without state follow ``on_new``, state without parameter
+        ``on_missing``; state that no longer fits its parameter (shape, dtype
+        or slots changed) is re-initialised under ``on_new="init"`` (unless
+        ``on_missing="error"``) and an error otherwise.
+        """
+        op = f"{type(self).__name__}.update"
+        leaves, td = _tree.flatten(params)
+        plan = self._plan(op, leaves, td)
+        step = _policies.check_state(op, state)
+        hps = self._group_hparams(step)
+        slots = [self._slots(hp) for hp in hps]
+        old = state["params"]
+
+        # the per-parameter states, reconciled with the parameters (fast when nothing changed)
+        fits = len(old) == len(plan.trainable)
+        if fits:
+            for i, pth, gi in plan.trainable:
+                s = old.get(pth)
+                if s is None or not _policies.fits(s, leaves[i], slots[gi]):
+                    fits = False
+                    break
+        if fits:
+            pstates = old
+        else:
+            pstates, _ = _policies.reconcile(
+                op, old, self._specs(plan, leaves, hps), self.on_new, self.on_missing
+            )
+
+        grad_list = self._grads(op, grads, td, plan)
+        if self.clip_norm is not None:
+            grad_list, _ = clip_by_global_norm(grad_list, self.clip_norm)
+
+        new_leaves = list(leaves)
+        new_states = dict(pstates)
+        for (i, pth, gi), g in zip(plan.trainable, grad_list):
+            p = leaves[i]
+            if g.shape != p.shape:
+                raise ShapeError(GRAD_SHAPE.format(op=op, path=pth, gshape=tuple(g.shape), pshape=tuple(p.shape)))
+            s = pstates[pth]
+            t = s["step"] + 1
+            new_p, new_slots = self._apply(namespace(p), p, g, {k: s[k] for k in slots[gi]}, hps[gi], t)
+            new_leaves[i] = new_p
+            new_slots["step"] = t
+            new_states[pth] = new_slots
+        return td.unflatten(new_leaves), {"step": step + 1, "params": new_states}
+
+    def _grads(self, op: str, grads: Any, td: Any, plan: _Plan) -> list[Any]:
+        """Gradients of the trainable parameters, in plan order."""
+        gleaves, gtd = _tree.flatten(grads)
+        if gtd == td or gtd.matches(td):
+            return [gleaves[i] for i, _, _ in plan.trainable]
+        by_path = {str(p): g for p, g in zip(gtd.paths(), gleaves)}
+        missing = [pth for _, pth, _ in plan.trainable if pth not in by_path]
+        if missing:
+            raise StructureError(MISSING_GRADS.format(op=op, paths=missing))
+        return [by_path[pth] for _, pth, _ in plan.trainable]
+
+    # ------------------------------------------------------------ helpers
+    def load_state(
+        self,
+        state: Any,
+        params: Any,
+        *,
+        on_new: str | None = None,
+        on_missing: str | None = None,
+    ) -> tuple[State, _policies.StateReport]:
+        """Fit a loaded ``state`` to ``params``: see :func:`ember.optim.load_state`."""
+        return _policies.load_state(self, state, params, on_new=on_new, on_missing=on_missing)
+
+    def __repr__(self) -> str:
+        hp = ", ".join(f"{k}={v!r}" for k, v in self.hparams.items())
+        extra = []
+        if self.groups is not None:
+            extra.append(f"groups={list(self.groups)!r}")
+        if self.freeze is not None:
+            extra.append(f"freeze={self.freeze!r}")
+        if self.on_new != "init":
+            extra.append(f"on_new={self.on_new!r}")
+        if self.on_missing != "keep":
+            extra.append(f"on_missing={self.on_missing!r}")
+        if self.clip_norm is not None:
+            extra.append(f"clip_norm={self.clip_norm!r}")
+        return f"{type(self).__name__}({', '.join([hp, *extra])})"

@@ -1,0 +1,81 @@
+"""Stochastic gradient descent with momentum, Nesterov momentum and weight decay."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ._base import BAD_HPARAM, PathOptimizer
+from ._patterns import Pattern
+from .groups import Group
+from .schedules import Schedule
+
+__all__ = ["SGD"]
+
+NESTEROV = "nesterov=True needs momentum > 0 and dampening == 0 (group {group})"
+
+
+class SGD(PathOptimizer):
+    """Stochastic gradient descent, optionally with (Nesterov) momentum and weight decay.
+
+    Update rule for a parameter ``w`` with gradient ``g`` at its ``t``-th
+    update (as ``torch.optim.SGD``)::
+
+        g = g + weight_decay * w
+        if momentum == 0:
+            w = w - lr * g
+        else:
+            b = g                                        if t == 1
+            b = momentum * b + (1 - dampening) * g       otherwise
+            w = w - lr * (g + momentum * b)              if nesterov
+            w = w - lr * b                               otherwise
+
+    Slot (per-parameter state): ``momentum`` (the buffer ``b``), only when
+    ``momentum > 0``.
+
+    >>> import numpy as np
+    >>> opt = SGD(0.1, momentum=0.9)
+    >>> params = {"w": np.array([1.0, 2.0], np.float32)}
+    >>> state = opt.init(params)
+    >>> params, state = opt.update(params, {"w": np.array([1.0, 1.0], np.float32)}, state)
+    >>> params["w"].tolist(), state["step"]
+    ([0.8999999761581421, 1.899999976158142], 1)
+    """
+
+    HPARAMS: Mapping[str, Any] = {"lr": 0.01, "momentum": 0.0, "dampening": 0.0, "weight_decay": 0.0, "nesterov": False}
+
+    def __init__(
+        self,
+        lr: float | Schedule = 0.01,
+        momentum: float = 0.0,
+        *,
+        nesterov: bool = False,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        groups: Sequence[Group] | None = None,
+        freeze: Pattern | None = None,
+        on_new: str = "init",
+        on_missing: str = "keep",
+        clip_norm: float | None = None,
+    ) -> None:
+        hp = {"lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay, "nesterov": nesterov}
+        super().__init__(hp, groups=groups, freeze=freeze, on_new=on_new, on_missing=on_missing, clip_norm=clip_norm)
+
+    def _check_hparams(self, hp: Mapping[str, Any], group: str) -> None:
+        super()._check_hparams(hp, group)
+        if hp["nesterov"] and (hp["momentum"] <= 0 or hp["dampening"] != 0):
+            raise ValueError(
+                BAD_HPARAM.format(op="SGD", name="nesterov", value=True, why=NESTEROV.format(group=group))
+            )
+
+    def _slots(self, hp: Mapping[str, Any]) -> tuple[str, ...]:
+        return ("momentum",) if hp["momentum"] != 0 else ()
+
+    def _apply(self, xp: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int):
+        lr, mu, wd = hp["lr"], hp["momentum"], hp["weight_decay"]
+        if wd != 0:
+            g = g + wd * p
+        if mu == 0:
+            return p - lr * g, {}
+        b = g if t == 1 else s["momentum"] * mu + (1 - hp["dampening"]) * g
+        d = g + mu * b if hp["nesterov"] else b
+        return p - lr * d, {"momentum": b}
