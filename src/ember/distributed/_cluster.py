@@ -1,0 +1,132 @@
+"""Dask clusters: ``client()`` and a sampler of worker memory.
+
+ember does not schedule anything itself (DESIGN.md, decision 8): a
+``dask.distributed.Client`` made the default client routes every
+``ember.compute`` and chunked gradient through the cluster; without one,
+Dask's threaded scheduler runs them in this process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .._errors import BackendNotInstalledError
+
+__all__ = ["client", "MemoryMonitor", "NO_DISTRIBUTED"]
+
+NO_DISTRIBUTED = (
+    "ember.distributed.{op}: dask.distributed is not installed. Fix: "
+    "pip install 'ember[dask]' (installs dask[array,distributed] and zarr)"
+)
+
+
+def _distributed(op: str):
+    try:
+        import distributed
+    except ImportError as e:
+        raise BackendNotInstalledError(NO_DISTRIBUTED.format(op=op)) from e
+    return distributed
+
+
+def client(
+    address: str | None = None,
+    *,
+    n_workers: int | None = None,
+    threads_per_worker: int = 1,
+    memory_limit: str | int | None = "auto",
+    processes: bool = True,
+    **kwargs: Any,
+):
+    """Connect to the scheduler at ``address``, or start a local cluster of worker processes.
+
+    Why: the same training code runs on a laptop and on a cluster; only this
+    call changes. Without ``address`` a ``LocalCluster`` of ``n_workers``
+    processes (default: one per core) with ``threads_per_worker`` threads and
+    ``memory_limit`` per worker (bytes or "2GB") starts, its dashboard on a free port;
+    closing the client (``with ember.distributed.client() as c:``) stops it.
+    The client becomes Dask's default, so ``ember.compute`` uses it.
+    Other ``kwargs`` go to ``distributed.Client``.
+    """
+    distributed = _distributed("client")
+    if address is not None:
+        return distributed.Client(address, **kwargs)
+    kwargs.setdefault("dashboard_address", ":0")  # no fixed port to collide on
+    return distributed.Client(
+        n_workers=n_workers,
+        threads_per_worker=threads_per_worker,
+        memory_limit=memory_limit,
+        processes=processes,
+        **kwargs,
+    )
+
+
+def _rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+class MemoryMonitor:
+    """Samples the resident memory of every worker process while a ``with`` block runs.
+
+    Why: "peak worker memory under the limit" is a claim about the workers,
+    not about this process; this asks each worker for its RSS every
+    ``interval`` seconds. ``peak`` is the largest sample of any one worker
+    (bytes), ``peak_by_worker`` the largest per worker, ``limit`` the
+    smallest memory limit the scheduler reports (None when unlimited).
+
+    >>> # with ember.distributed.client(memory_limit="1GB") as c:
+    >>> #     with MemoryMonitor(c) as mon:
+    >>> #         ember.compute(...)
+    >>> #     print(mon.peak / 2**20, "MiB")
+    """
+
+    def __init__(self, client, interval: float = 0.1):
+        self.client = client
+        self.interval = interval
+        self.peak_by_worker: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def peak(self) -> int:
+        return max(self.peak_by_worker.values(), default=0)
+
+    @property
+    def limit(self) -> int | None:
+        workers = self.client.scheduler_info().get("workers", {})
+        limits = [w.get("memory_limit") for w in workers.values()]
+        limits = [m for m in limits if m]
+        return min(limits) if limits else None
+
+    def sample(self) -> None:
+        """Take one sample now."""
+        try:
+            res = self.client.run(_rss)
+        except Exception:  # noqa: BLE001 - a worker restarting is not our failure
+            return
+        self.samples += 1
+        for addr, rss in res.items():
+            if rss > self.peak_by_worker.get(addr, 0):
+                self.peak_by_worker[addr] = rss
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            self.sample()
+            self._stop.wait(max(0.0, self.interval - (time.perf_counter() - t0)))
+
+    def __enter__(self) -> "MemoryMonitor":
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="ember-memory-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()

@@ -1,0 +1,288 @@
+"""ember on Dask: lazy gradients, ember.compute/persist, sharding, NaN sizes, Dataset, faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+
+import ember  # noqa: E402
+import ember.autodiff.dask as xd  # noqa: E402
+import ember.autodiff.numpy as xn  # noqa: E402
+from ember import _compute  # noqa: E402
+from ember import distributed as ed  # noqa: E402
+from ember._errors import EmberError, ShapeError  # noqa: E402
+
+compute, persist = _compute.compute, _compute.persist
+
+
+# --------------------------------------------------------------------------- models
+def logistic_loss(params, X, y):
+    """Sum over rows of the logistic loss (log(1 + e^z) - y z)."""
+    xp = X.__array_namespace__()
+    z = X @ params["w"] + params["b"]
+    return xp.sum(xp.logaddexp(xp.zeros_like(z), z) - y * z)
+
+
+def mlp_loss(params, X, y):
+    """Sum over rows of the logistic loss of a 1-hidden-layer tanh MLP."""
+    xp = X.__array_namespace__()
+    h = xp.tanh(X @ params["W1"] + params["b1"])
+    z = h @ params["w2"] + params["b2"]
+    return xp.sum(xp.logaddexp(xp.zeros_like(z), z) - y * z)
+
+
+def _data(n=240, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = (X @ rng.standard_normal(d) + 0.3 * rng.standard_normal(n) > 0).astype(np.float64)
+    return X, y
+
+
+def _params(kind, d=6, h=5, seed=1):
+    rng = np.random.default_rng(seed)
+    if kind == "logistic":
+        return {"w": rng.standard_normal(d) * 0.3, "b": np.asarray(0.1)}
+    return {
+        "W1": rng.standard_normal((d, h)) * 0.4,
+        "b1": rng.standard_normal(h) * 0.1,
+        "w2": rng.standard_normal(h) * 0.4,
+        "b2": np.asarray(-0.2),
+    }
+
+
+LOSSES = {"logistic": logistic_loss, "mlp": mlp_loss}
+
+
+def _numpy_reference(kind, X, y):
+    p = {k: xn.asarray(v) for k, v in _params(kind).items()}
+    v, g = ember.value_and_grad(LOSSES[kind])(p, xn.asarray(X), xn.asarray(y))
+    return float(v), {k: t.raw for k, t in g.items()}
+
+
+# --------------------------------------------------------------------------- gradients
+@pytest.mark.parametrize("kind", ["logistic", "mlp"])
+def test_lazy_dask_gradient_equals_numpy(kind):
+    X, y = _data()
+    v_ref, g_ref = _numpy_reference(kind, X, y)
+    p = {k: xd.asarray(v) for k, v in _params(kind).items()}
+    Xd = xd.asarray(da.from_array(X, chunks=(50, 6)))
+    yd = xd.asarray(da.from_array(y, chunks=50))
+    v, g = ember.value_and_grad(LOSSES[kind])(p, Xd, yd)
+    assert all(_compute.is_lazy(t) for t in [v, *g.values()])  # nothing computed yet
+    out = compute({"v": v, "g": g})
+    assert abs(float(out["v"]) - v_ref) <= 1e-10 * abs(v_ref)
+    for k in g_ref:
+        np.testing.assert_allclose(out["g"][k].raw, g_ref[k], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["logistic", "mlp"])
+def test_chunked_gradient_numpy_params_dask_data(kind):
+    X, y = _data()
+    v_ref, g_ref = _numpy_reference(kind, X, y)
+    Xd, yd = da.from_array(X, chunks=(35, 3)), da.from_array(y, chunks=60)  # misaligned on purpose
+    v, g = ed.chunked_value_and_grad(LOSSES[kind], _params(kind), Xd, yd, split_every=3)
+    assert isinstance(g[next(iter(g))], np.ndarray)
+    assert abs(float(v) - v_ref) <= 1e-10 * abs(v_ref)
+    for k in g_ref:
+        np.testing.assert_allclose(g[k], g_ref[k], rtol=1e-10, atol=1e-12)
+    vm, gm = ed.chunked_value_and_grad(LOSSES[kind], _params(kind), Xd, yd, reduce="mean")
+    assert abs(float(vm) - v_ref / len(X)) <= 1e-12
+    # Dataset gives the same full-batch gradient
+    ds = ed.Dataset(Xd, yd, progress=False)
+    _, g2 = ds.value_and_grad(LOSSES[kind], _params(kind))
+    for k in g_ref:
+        np.testing.assert_allclose(g2[k], g_ref[k], rtol=1e-10, atol=1e-12)
+
+
+def test_lazy_until_compute_no_task_runs():
+    calls = []
+
+    class Count(dask.callbacks.Callback):
+        def _start(self, dsk):
+            calls.append(1)
+
+    X, y = _data()
+    p = {k: xd.asarray(v) for k, v in _params("mlp").items()}
+    with Count():
+        v, g = ember.value_and_grad(mlp_loss)(
+            p, xd.asarray(da.from_array(X, chunks=(60, 6))), xd.asarray(da.from_array(y, chunks=60))
+        )
+        persisted = persist(g)
+        assert len(calls) == 1  # only the persist
+        assert all(_compute.is_lazy(t) for t in persisted.values())
+        out = compute(v)
+    assert len(calls) == 2
+    assert isinstance(out.raw, np.ndarray)
+
+
+# --------------------------------------------------------------------------- compute
+def test_compute_runs_shared_intermediates_once():
+    lock = threading.Lock()
+    count = [0]
+
+    def expensive(b):
+        with lock:
+            count[0] += b.size > 0  # dask may call it once on an empty "meta" block
+        return b * 2.0
+
+    base = da.from_array(np.arange(12.0), chunks=4)
+    shared = xd.asarray(base.map_blocks(expensive, dtype=float))
+    tree = {"a": xd.sin(shared), "b": [shared * 3.0, xd.sum(shared)], "c": "static", "d": None}
+    out = compute(tree)
+    assert count[0] == 3  # three blocks, once each, though four leaves use them
+    assert out["c"] == "static" and out["d"] is None
+    np.testing.assert_allclose(out["b"][0].raw, np.arange(12.0) * 6.0)
+    assert float(out["b"][1]) == pytest.approx(132.0)
+    count[0] = 0
+    kept = compute(tree, keep_backend=True)
+    assert count[0] == 3 and kept["a"].__array_namespace__() is xd
+    np.testing.assert_allclose(kept["a"].raw.compute(), np.sin(np.arange(12.0) * 2.0))
+
+
+def test_compute_refuses_tracked_tensor():
+    def f(x):
+        compute(x * 2.0)
+        return xd.sum(x)
+
+    with pytest.raises(EmberError, match="tracked by an open transform"):
+        ember.grad(f)(xd.ones(3))
+
+
+# --------------------------------------------------------------------------- sharding
+def test_with_sharding_gradient_passes_through():
+    x = xd.asarray(da.from_array(np.arange(12.0).reshape(6, 2), chunks=(2, 2)))
+
+    def f(x):
+        y = ed.with_sharding(x, (3, 1))
+        assert ed.sharding(y) == ((3, 3), (1, 1))
+        return xd.sum(y * y)
+
+    g = ember.grad(f)(x)
+    assert ed.sharding(g) == ((2, 2, 2), (2,))  # back to the input's chunks
+    np.testing.assert_array_equal(compute(g).raw, 2.0 * np.arange(12.0).reshape(6, 2))
+    # second order through the reshard
+    h = ember.grad(lambda x: xd.sum(ember.grad(f)(x) * x))(x)
+    np.testing.assert_array_equal(compute(h).raw, 4.0 * np.arange(12.0).reshape(6, 2))
+    # eager backends: no-op
+    a = xn.ones(3)
+    assert ed.with_sharding(a, 1) is a and ed.sharding(a) is None
+
+
+# --------------------------------------------------------------------------- NaN sizes
+@pytest.mark.parametrize("make", [
+    lambda x: x[x > 0.0],
+    lambda x: xd.unique_values(x),
+    lambda x: xd.nonzero(x > 0.0)[0],
+])
+def test_unknown_sizes_give_clear_errors(make):
+    x = xd.asarray(da.from_array(np.array([-1.0, 2.0, 3.0, -4.0, 5.0, 2.0]), chunks=2))
+    m = make(x)
+    assert m.shape[0] != m.shape[0]  # NaN: unknown
+    with pytest.raises(ShapeError, match=r"reshape: .*unknown \(NaN\).*resolve_sizes"):
+        xd.reshape(m, (-1, 1))
+    with pytest.raises(TypeError, match="unknown"):
+        len(m)
+    with pytest.raises(ShapeError, match="resolve_sizes"):
+        ed.with_sharding(m, 2)
+    with pytest.raises(ShapeError, match="resolve_sizes"):
+        ed.chunked_value_and_grad(logistic_loss, {}, m)
+    ed.resolve_sizes({"m": m})  # explicit resolution: in place
+    n = m.shape[0]
+    assert n == n and xd.reshape(m, (-1, 1)).shape == (n, 1)
+
+
+def test_unknown_sizes_in_gradient_give_clear_error():
+    x = xd.asarray(da.from_array(np.array([-1.0, 2.0, 3.0, -4.0]), chunks=2))
+    with pytest.raises(ShapeError, match="unknown"):
+        ember.grad(lambda x: xd.sum(xd.reshape(x[x > 0.0], (-1,)) ** 2))(x)
+
+
+# --------------------------------------------------------------------------- Dataset
+def test_dataset_order_sequential_and_shuffled():
+    n = 23
+    X = da.from_array(np.arange(n * 2).reshape(n, 2), chunks=(5, 1))
+    y = da.from_array(np.arange(n), chunks=7)
+    ds = ed.Dataset(X, y, batch_size=4, progress=False)
+    assert ds.chunks == (5, 5, 5, 5, 3) and len(ds) == 6
+    batches = list(ds)
+    assert [len(b[1]) for b in batches] == [4, 4, 4, 4, 4, 3]
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), np.arange(n))
+    np.testing.assert_array_equal(np.concatenate([b[0] for b in batches])[:, 0], 2 * np.arange(n))
+
+    sh = ed.Dataset(X, y, batch_size=4, shuffle=True, seed=3, drop_last=True, progress=False)
+    for epoch in (0, 1):
+        got = np.concatenate([b[1] for b in sh.batches(epoch)])
+        np.testing.assert_array_equal(got, sh.order(epoch))
+        assert len(got) == 20 and len(set(got.tolist())) == 20
+    # documented order: chunk permutation, then a row permutation per visited chunk
+    rng = np.random.default_rng([3, 1])
+    visit = rng.permutation(5)
+    expect = np.concatenate([5 * i + rng.permutation(ds.chunks[i]) for i in visit])[:20]
+    np.testing.assert_array_equal(sh.order(1), expect)
+    assert not np.array_equal(sh.order(0), sh.order(1))
+    # rows stay aligned across arrays
+    for bx, by in sh.batches(0):
+        np.testing.assert_array_equal(bx[:, 0], 2 * by)
+
+
+def test_dataset_progress_bar_and_zarr(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    X, y = _data(n=50)
+    da.from_array(X, chunks=(16, 6)).to_zarr(str(tmp_path / "d.zarr"), component="X")
+    da.from_array(y, chunks=16).to_zarr(str(tmp_path / "d.zarr"), component="y")
+    ds = ed.Dataset.from_zarr(str(tmp_path / "d.zarr"), batch_size=20, progress=True)
+    got = list(ds)
+    assert [len(b[0]) for b in got] == [20, 20, 10] and ds.epoch == 1
+    np.testing.assert_array_equal(np.concatenate([b[0] for b in got]), X)
+    assert isinstance(zarr.open_array(str(tmp_path / "d.zarr"), path="X").shape, tuple)
+
+
+# --------------------------------------------------------------------------- cluster
+def _squares_loss(params, X, y):
+    """Least squares; on small integer data every operation is exact, so results are bitwise
+    reproducible whichever worker (and memory alignment, BLAS kernel) computes a chunk."""
+    xp = X.__array_namespace__()
+    r = X @ params["w"] + params["b"] - y
+    return xp.sum(r * r)
+
+
+def _slow_loss(params, X, y):
+    time.sleep(0.15)
+    return _squares_loss(params, X, y)
+
+
+def test_worker_killed_mid_computation_does_not_lose_the_job():
+    pytest.importorskip("distributed")
+    rng = np.random.default_rng(5)
+    X = rng.integers(-4, 5, (320, 6)).astype(np.float64)
+    y = rng.integers(-4, 5, 320).astype(np.float64)
+    Xd, yd = da.from_array(X, chunks=(20, 6)), da.from_array(y, chunks=20)  # 16 tasks
+    params = {"w": np.arange(6.0) - 2.0, "b": np.asarray(1.0)}
+    with ed.client(n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GB") as c:
+        expected = c.compute(ed.chunked_value_and_grad(_squares_loss, params, Xd, yd, compute=False)).result()
+        job = c.compute(ed.chunked_value_and_grad(_slow_loss, params, Xd, yd, compute=False))
+        deadline = time.time() + 20
+        victim = None
+        while victim is None and time.time() < deadline:  # wait until a worker holds results
+            held = {w: keys for w, keys in c.has_what().items() if keys}
+            if held:
+                victim = next(iter(held))
+            else:
+                time.sleep(0.05)
+        assert victim is not None and not job.done()
+        pid = c.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGKILL)
+        v, g = job.result(timeout=60)
+    assert float(v) == float(expected[0])
+    for k in g:
+        np.testing.assert_array_equal(g[k], expected[1][k])
+    ref = 2.0 * X.T @ (X @ params["w"] + 1.0 - y)
+    np.testing.assert_array_equal(g["w"], ref)
