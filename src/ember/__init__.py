@@ -17,10 +17,24 @@ from ._errors import (
     ShapeError,
     StructureError,
 )
-from . import backend, tree
+from . import autodiff, backend, tree
 from .autodiff import Tensor
-from .func import grad, stop_gradient, value_and_grad, vjp
+from .func import (
+    checkpoint,
+    checkpoint_name,
+    grad,
+    hessian,
+    hvp,
+    jacfwd,
+    jacrev,
+    jvp,
+    stop_gradient,
+    value_and_grad,
+    vjp,
+)
 from .tree import field
+from . import nn, random, io, optim, distributed
+from ._compute import compute, persist
 
 __version__ = "0.1.0"
 
@@ -33,7 +47,22 @@ __all__ = [
     "value_and_grad",
     "vjp",
     "stop_gradient",
+    "jvp",
+    "jacfwd",
+    "jacrev",
+    "hessian",
+    "hvp",
+    "checkpoint",
+    "checkpoint_name",
+    "compute",
+    "persist",
     "field",
+    "autodiff",
+    "nn",
+    "random",
+    "io",
+    "optim",
+    "distributed",
     "EmberError",
     "ShapeError",
     "DTypeError",
