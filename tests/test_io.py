@@ -227,12 +227,21 @@ def test_like_policies_keep_and_ignore():
         io.load(p, like=like, on_missing="drop")
 
 
-def test_like_constants_come_from_like():
+def test_like_constants_come_from_the_file():
+    """A checkpoint restores what it saved (step counts!); like gives structure and callables."""
     p = _path("lc.safetensors")
-    io.save(p, {"lr": 0.1, "w": np.ones(2)})
-    back = io.load(p, like={"lr": 0.5, "w": np.zeros(2)})
-    assert back["lr"] == 0.5
+    io.save(p, {"lr": 0.1, "step": 7, "w": np.ones(2)})
+    back = io.load(p, like={"lr": 0.5, "step": 0, "w": np.zeros(2), "extra": None},
+                   on_missing="keep")
+    assert back["lr"] == 0.1 and back["step"] == 7
     assert_same(back["w"], np.ones(2))
+
+
+def test_like_keeps_callables_the_file_cannot_hold():
+    p = _path("lcall.safetensors")
+    io.save(p, {"act": "relu", "w": np.ones(2)})
+    back = io.load(p, like={"act": np.tanh, "w": np.zeros(2)})
+    assert back["act"] is np.tanh
 
 
 def test_load_onto_dask_backend():

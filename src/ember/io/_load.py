@@ -351,6 +351,47 @@ def fill_like(stored: dict[str, Stored], like: Any, source: str, on_missing: str
     return treedef.unflatten(new)
 
 
+_NOTHING = object()
+_JSON_SCALARS = (bool, int, float, str, type(None))
+
+
+def _merge_constants(like: Any, saved: Any) -> Any:
+    """``like`` with its constants (step counts, static fields, config scalars) taken from the file.
+
+    Why: a checkpoint restores everything it saved; ``like`` only supplies the
+    structure and what a file cannot hold (callables, class objects). Array
+    leaves are left to :func:`fill_like`, which checks and places them.
+    """
+    import dataclasses
+
+    import array_api_compat as compat
+
+    if compat.is_array_api_obj(like):
+        return like
+    if isinstance(like, dict) and isinstance(saved, dict):
+        out = like.copy()
+        for k in like:
+            if k in saved:
+                out[k] = _merge_constants(like[k], saved[k])
+        return out
+    if isinstance(like, (list, tuple)) and isinstance(saved, (list, tuple)) and len(like) == len(saved):
+        items = [_merge_constants(a, b) for a, b in zip(like, saved)]
+        if hasattr(like, "_fields"):
+            return type(like)(*items)
+        return type(like)(items)
+    if dataclasses.is_dataclass(like) and not isinstance(like, type) and type(saved) is type(like):
+        import copy
+
+        out = copy.copy(like)
+        for f in dataclasses.fields(like):
+            if hasattr(like, f.name) and hasattr(saved, f.name):
+                object.__setattr__(out, f.name, _merge_constants(getattr(like, f.name), getattr(saved, f.name)))
+        return out
+    if isinstance(like, _JSON_SCALARS) and isinstance(saved, _JSON_SCALARS):
+        return saved
+    return like
+
+
 def _namespace(backend: Any) -> Any:
     if backend is None or not isinstance(backend, str):
         return backend
@@ -376,8 +417,10 @@ def load(
 
     With ``like`` (e.g. a freshly built model) every saved path, shape and
     dtype is checked against it and all differences are reported together in
-    a :class:`LoadMismatchError`; arrays go to each like leaf's backend and
-    constants come from ``like``. ``on_missing="keep"`` keeps like's leaf for
+    a :class:`LoadMismatchError`; arrays go to each like leaf's backend.
+    Constants the file recorded (step counts, static fields such as running
+    statistics, Python scalars) come from the file, so a checkpoint restores
+    everything it saved; callables and classes come from ``like``. ``on_missing="keep"`` keeps like's leaf for
     paths the file lacks; ``on_unexpected="ignore"`` skips extra file arrays.
 
     A truncated, corrupted or hostile file raises :class:`ember.FileFormatError`;
@@ -393,6 +436,12 @@ def load(
     fpath = os.fspath(path)
     if like is not None:
         _, stored = _read(fpath, build=False, convert=None, xp=None, need_ember=False)
+        try:  # the saved structure with arrays left out, for its constants
+            saved, _ = _read(fpath, build=True, convert=lambda host: None, xp=None, need_ember=True)
+        except FileFormatError:  # no ember header, or a class not registered here
+            saved = _NOTHING
+        if saved is not _NOTHING:
+            like = _merge_constants(like, saved)
         return fill_like(stored, like, repr(fpath), on_missing, on_unexpected)
     xp = _namespace(backend)
 
