@@ -35,6 +35,7 @@ from .func import (
 from .tree import field
 from . import nn, random, io, optim, distributed
 from ._compute import compute, persist
+from .autodiff._ownership import HiddenCopyWarning, clone, config, consume, share
 
 __version__ = "0.1.0"
 
@@ -56,6 +57,11 @@ __all__ = [
     "checkpoint_name",
     "compute",
     "persist",
+    "consume",
+    "share",
+    "clone",
+    "config",
+    "HiddenCopyWarning",
     "field",
     "autodiff",
     "nn",

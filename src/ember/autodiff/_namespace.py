@@ -21,6 +21,8 @@ import types
 from .. import backend as _backend
 from .._errors import BackendError, DTypeError, ShapeError
 from . import _api_tables as api
+from .._errors import ConsumedError
+from ._ownership import Owned, as_operand, claim, fail_claims, run_owned, same_twice
 from ._rules import RULES, SELECT
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, active_traces
@@ -60,6 +62,12 @@ def op_error(op: str, exc: Exception, args) -> Exception:
         return exc
     arrays = [a for a in args if hasattr(a, "shape") and hasattr(a, "dtype")]
     shapes = ", ".join(str(tuple(a.shape)) for a in arrays) or "scalars only"
+    devices = _devices_of(arrays)
+    if len(devices) > 1 or any(w in str(exc).lower() for w in _DEVICE_WORDS):
+        return BackendError(DEVICE_MIXING.format(
+            op=op, devices=", ".join(map(str, devices)) or "differing devices", msg=exc))
+    if any(_unknown(a.shape) for a in arrays):
+        return ShapeError(UNKNOWN_SIZES.format(op=op, shapes=shapes, msg=exc))
     dtypes = ", ".join(str(a.dtype) for a in arrays)
     msg = str(exc)
     if isinstance(exc, ValueError) and any(
@@ -78,6 +86,45 @@ def op_error(op: str, exc: Exception, args) -> Exception:
             "xp.astype(x, dtype) to a dtype the op accepts"
         )
     return exc
+
+
+UNKNOWN_SIZES = (
+    "{op}: an input has unknown (NaN) dimension sizes (shapes {shapes}); dask gives them "
+    "after boolean-mask indexing, nonzero and unique_*, and this op needs the sizes "
+    "({msg}). Fix: resolve them first, either with ember.compute(x) (evaluates x) or with "
+    "ember.distributed.resolve_sizes(x) (dask: x.raw.compute_chunk_sizes(); computes only "
+    "the chunk sizes)"
+)
+
+
+DEVICE_MIXING = (
+    "{op}: the inputs are on different devices ({devices}); one op computes on one "
+    "device ({msg}). Fix: move the arrays to one device first, with "
+    "x.to_device(device), xp.asarray(x, device=device) or ember.to_backend(tree, xp, device=device)"
+)
+_DEVICE_WORDS = ("same device", "different device", "two different devices",
+                 "different from the current device", "device mismatch")
+
+
+def _devices_of(arrays) -> list:
+    """The distinct devices of some arrays (empty when they do not say)."""
+    out: list = []
+    for a in arrays:
+        try:
+            d = a.device
+        except Exception:
+            continue
+        if d is not None and not any(d is e or str(d) == str(e) for e in out):
+            out.append(d)
+    return out
+
+
+def _unknown(shape) -> bool:
+    """True when a shape holds an unknown (None or NaN) size."""
+    try:
+        return any(s is None or s != s for s in shape)
+    except TypeError:
+        return False
 
 
 class _Dispatcher:
@@ -128,6 +175,7 @@ class _Dispatcher:
         self.wrap = wrap
         self.make = make
         mod._wrap = wrap
+        self._claims = []  # consume() markers met by normalize in the current call
         self._build_functions()
         self._build_tensor_methods()
         self._build_constants()
@@ -178,8 +226,10 @@ class _Dispatcher:
                 node = a._node
             return a
         if isinstance(a, Tensor):
+            if c is Owned:
+                return claim(self, op, a)
             self.check_own(a, op)
-        if a is None or c in _SCALARS:
+        if a is None or c in _SCALARS or c is type:  # a type: a dtype such as numpy.float64
             return a
         if isinstance(a, self.A):
             return self.wrap(a)
@@ -196,7 +246,12 @@ class _Dispatcher:
     # ------------------------------------------------------------------ #
     def call(self, name, impl, args, params):
         """Dispatch op ``name`` on ``args`` (positional; Tensors may be tracked)."""
-        norm = [self.normalize(name, a) for a in args]
+        try:
+            norm = [self.normalize(name, a) for a in args]
+        except ConsumedError:
+            self._claims = []
+            same_twice(name, args)
+            raise
         T = self.T
         top = None
         for a in norm:
@@ -205,6 +260,15 @@ class _Dispatcher:
                 if top is None or t.level > top.level:
                     top = t
         rule = RULES.get(name) if top is not None else None
+        claims = self._claims
+        if claims:  # consume() markers: maybe write into a consumed buffer
+            self._claims = []
+            if rule is None:
+                out = run_owned(self, name, impl, norm, params, claims)
+                if out is not None:
+                    return out
+            else:
+                fail_claims(self, name, claims, "tape")
         if rule is None:
             raw = [raw_value(a) if a.__class__ is T else a for a in norm]
             try:
@@ -219,7 +283,8 @@ class _Dispatcher:
                 inner.append(a._value)
                 parents.append(a._node)
             else:
-                inner.append(a)
+                # the tape keeps its own handle, so rebinding or consuming the caller's never reaches it
+                inner.append(self.make(a._value, a._node) if a.__class__ is T else a)
                 parents.append(None)
         inner = tuple(inner)
         ans = self.call(name, impl, inner, params)
@@ -228,9 +293,13 @@ class _Dispatcher:
                 return ans
             node = Node(rule, inner, params, tuple(parents), ans, top, self.module)
             top.nodes.append(node)
+            if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
+                top.saver(node, impl)
             return self.make(ans, node)
         node = Node(rule, inner, params, tuple(parents), tuple(ans), top, self.module)
         top.nodes.append(node)
+        if top.saver is not None:
+            top.saver(node, impl)
         outs = []
         for i, a in enumerate(ans):
             if self.is_differentiable(a):
@@ -372,12 +441,11 @@ class _Dispatcher:
             mod.__array_namespace_info__ = info
 
         def to_device(x, device, stream):
-            v = raw_value(x)
+            import array_api_compat as _compat  # every backend, torch/dask too
+
             if stream is not None:
-                return self.wrap(v.to_device(device, stream=stream))
-            if hasattr(v, "to_device"):
-                return self.call("_to_device", lambda a: a.to_device(device), (x,), {})
-            return x
+                return self.wrap(_compat.to_device(raw_value(x), device, stream=stream))
+            return self.call("_to_device", lambda a: _compat.to_device(a, device), (x,), {})
 
         mod._to_device = to_device
 
@@ -432,7 +500,12 @@ class _Dispatcher:
                     from ._ownership import guard_write
 
                     guard_write(self, f"__i{_OP_OF[fname]}__")
-                    b = raw_value(other) if c is T else other
+                    if c is T:
+                        b = raw_value(other)
+                    elif isinstance(other, Tensor):  # consume() marker or dead tensor
+                        b = raw_value(as_operand(other, f"__i{_OP_OF[fname]}__"))
+                    else:
+                        b = other
                     try:
                         self._value = iop(self._value, b)
                     except Exception as e:
@@ -480,7 +553,9 @@ class _Dispatcher:
 
                 guard_write(self, "__setitem__")
                 try:
-                    self._value[k] = raw_value(value) if isinstance(value, Tensor) else value
+                    if isinstance(value, Tensor):
+                        value = raw_value(as_operand(value, "__setitem__"))
+                    self._value[k] = value
                 except Exception as e:
                     raise op_error("__setitem__", e, (self,)) from e
                 return

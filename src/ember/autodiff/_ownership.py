@@ -1,26 +1,765 @@
-"""Ownership hooks used by the dispatch paths (filled in by the ownership layer).
+"""Ownership: ``consume`` / ``share`` / ``clone``, buffer reuse and safe writes.
 
-``check_alive`` raises :class:`ember.ConsumedError` for a tensor whose buffer
-was handed away; ``guard_write`` runs before any write into a backend buffer.
+Python keeps reference semantics and ops never write into their inputs,
+unless the caller hands a buffer over with :func:`consume` (Burn's "an op
+takes ownership of its input"). How it works:
+
+- ``consume(x)`` returns a one-shot *marker* (class :class:`Owned`, not the
+  namespace's Tensor class, so every fast path falls through to the slow
+  path) and kills ``x``: its class becomes :class:`Dead`, whose every
+  attribute, method and operator raises :class:`ember.ConsumedError` naming
+  the file:line of the consume.
+- The slow path (``_Dispatcher.normalize``) turns the marker into a *claim*.
+  When the op runs without recording a tape node, :func:`run_owned` checks
+  the reuse conditions (``why_not``) and, when they all hold, computes the
+  result with ``out=`` into the consumed buffer. Otherwise it allocates,
+  exactly as without consume; ``strict=True`` raises :class:`ember.ReuseError`
+  naming the failed condition instead.
+- A buffer is reusable only when the consumed handle is the *only* reference
+  to the backend array: share handles, views (``.base``), ``x.raw`` held by
+  the user and tape nodes (which keep their own handles) all add a
+  reference, which ``sys.getrefcount`` sees.
+- Borrowed arrays (``xp.asarray(a)`` without a copy, raw inputs of
+  transforms) are never written: not by consume, and not by in-place
+  operators, which copy first (copy-on-write). Buffers a live tape saved are
+  copied before an in-place write too. ``config(on_hidden_copy=...)`` reports
+  such copies.
 """
 
 from __future__ import annotations
 
-from .._errors import ConsumedError
+import contextlib
+import sys
+import warnings
+import weakref
 
-__all__ = ["check_alive", "guard_write"]
+from .._errors import ConsumedError, ReuseError
+from ._tensor import Tensor, raw_value
+
+__all__ = [
+    "check_alive",
+    "guard_write",
+    "consume",
+    "share",
+    "clone",
+    "config",
+    "get_config",
+    "Owned",
+    "Dead",
+    "HiddenCopyWarning",
+    "mark_borrowed",
+    "is_borrowed",
+]
+
+# --------------------------------------------------------------------------- #
+# messages (module-level so tests can check them)
+# --------------------------------------------------------------------------- #
+USED_AFTER_CONSUME = (
+    "{op}: this tensor was consumed at {where}{by} and can no longer be used. "
+    "Fix: keep a handle before consuming (`s = x.share()` or `c = x.clone()`) and use "
+    "that, or do not consume x"
+)
+CONSUMED_TWICE = (
+    "consume: this tensor was already consumed at {where}; a buffer can be handed over "
+    "only once. Fix: consume the value the first consume produced (its result), or "
+    "take `x.clone()` before the first consume"
+)
+MARKER_SPENT = (
+    "{op}: the value returned by consume() at {where} was already handed to `{by}`; "
+    "a consumed value can be passed to one op only. Fix: call consume() again on the "
+    "result you want to hand over, or pass a handle (x.share()) instead"
+)
+SAME_TWICE = (
+    "{op}: the same tensor was passed twice, once through consume() (at {where}) and "
+    "once directly; the op may write its result into that buffer while still reading "
+    "it through the other argument. Fix: take a second handle first "
+    "(`s = x.share(); f(consume(x), s)`; no buffer is reused then), or do not consume x"
+)
+NOT_A_TENSOR = (
+    "{op}: expected an ember Tensor, got {kind}. Fix: wrap it first, e.g. "
+    "`xp.asarray(a, copy=True)` (ember never writes into an array it borrowed without a copy)"
+)
+HIDDEN_COPY = (
+    "{op}: copied a buffer of shape {shape} and dtype {dtype} before writing in place, "
+    "because {reason}. Fix: {fix} (or silence this with ember.config(on_hidden_copy='ignore'))"
+)
+BAD_CONFIG = "ember.config: {key} must be one of {allowed}, not {value!r}"
+UNKNOWN_CONFIG = "ember.config: unknown option {key!r}; known options: {known}"
+
+#: ReuseError reasons (``{op}``, ``{where}`` and the extras are filled in).
+REUSE_PREFIX = "{op}: could not reuse the buffer of consume(x, strict=True) (consumed at {where}): "
+REASONS = {
+    "tracked": (
+        "x is tracked by a transform (grad/vjp), so its tape keeps x's value for the "
+        "backward pass. Fix: inside a transform consume only untracked values, or drop "
+        "strict=True (the op then allocates, and gradients stay correct)"
+    ),
+    "tape": (
+        "`{op}` records a tape node that keeps its inputs for the backward pass. "
+        "Fix: drop strict=True here (the op allocates), or consume outside the transform"
+    ),
+    "backend": (
+        "backend {backend!r} cannot write in place (capabilities: in_place={in_place}, "
+        "out_param={out_param}); it accepts consume but always allocates. Fix: drop "
+        "strict=True on this backend"
+    ),
+    "borrowed": (
+        "x's buffer is borrowed from an array you passed in without a copy "
+        "(xp.asarray(a) or a raw input of a transform) and ember never writes into it. "
+        "Fix: create x with xp.asarray(a, copy=True)"
+    ),
+    "view": (
+        "x is a view of another array (slicing, reshape, permute_dims, broadcast_to... "
+        "return views) and does not own its memory. Fix: consume the array it views, or "
+        "x.clone() it first"
+    ),
+    "readonly": "x's buffer is read-only. Fix: consume a writeable copy (x.clone())",
+    "shared": (
+        "{extra} other reference(s) to x's buffer are alive (a x.share() handle, a view "
+        "such as x[...] or xp.reshape(x, ...), an array obtained through x.raw, or a tape "
+        "node that saved x). Fix: delete those references (`del s`) before the op, or "
+        "drop strict=True"
+    ),
+    "op": (
+        "`{op}` has no in-place form (supported: elementwise functions and operators, "
+        "where, clip). Fix: drop strict=True for this op"
+    ),
+    "shape": (
+        "the result has shape {shape} but x has shape {xshape}. Fix: consume the input "
+        "whose shape equals the broadcast result shape"
+    ),
+    "dtype": (
+        "the result has dtype {dtype} but x has dtype {xdtype}. Fix: cast x first "
+        "(xp.astype) or consume an input of the result dtype"
+    ),
+    "other": (
+        "another consumed input of the same op already receives the result. Fix: consume "
+        "only one input per op"
+    ),
+}
+
+# --------------------------------------------------------------------------- #
+# configuration
+# --------------------------------------------------------------------------- #
+_CONFIG = {"on_hidden_copy": "ignore"}
+_ALLOWED = {"on_hidden_copy": ("ignore", "warn", "error")}
+
+
+class HiddenCopyWarning(UserWarning):
+    """An in-place write had to copy a protected buffer first (borrowed or tape-saved)."""
+
+
+def get_config() -> dict:
+    """A copy of the current ember configuration."""
+    return dict(_CONFIG)
+
+
+def config(**options) -> contextlib.AbstractContextManager:
+    """Set ember options; usable as a plain call or as a ``with`` block that restores them.
+
+    Why: ember copies a buffer silently when correctness demands it (writing
+    into a borrowed input or into a buffer a tape saved); users who want to
+    remove such copies ask to be told. Options:
+
+    - ``on_hidden_copy``: ``"ignore"`` (default), ``"warn"`` (a
+      :class:`HiddenCopyWarning`) or ``"error"`` (:class:`ember.ReuseError`).
+
+    >>> import ember
+    >>> with ember.config(on_hidden_copy="warn"):
+    ...     pass
+    """
+    for key, value in options.items():
+        if key not in _ALLOWED:
+            raise TypeError(UNKNOWN_CONFIG.format(key=key, known=sorted(_ALLOWED)))
+        if value not in _ALLOWED[key]:
+            raise ValueError(BAD_CONFIG.format(key=key, allowed=_ALLOWED[key], value=value))
+    old = {k: _CONFIG[k] for k in options}
+    _CONFIG.update(options)
+
+    @contextlib.contextmanager
+    def restore():
+        try:
+            yield get_config()
+        finally:
+            _CONFIG.update(old)
+
+    return restore()
+
+
+def _report_copy(op, arr, reason, fix):
+    mode = _CONFIG["on_hidden_copy"]
+    if mode == "ignore":
+        return
+    msg = HIDDEN_COPY.format(op=op, shape=tuple(arr.shape), dtype=arr.dtype, reason=reason, fix=fix)
+    if mode == "error":
+        raise ReuseError(msg)
+    warnings.warn(msg, HiddenCopyWarning, stacklevel=4)
+
+
+# --------------------------------------------------------------------------- #
+# dead tensors
+# --------------------------------------------------------------------------- #
+class _Grave:
+    """What a dead tensor keeps in ``_value``: where it was consumed and by which op."""
+
+    __slots__ = ("where", "op", "marker")
+
+    def __init__(self, where, marker):
+        self.where = where
+        self.op = None
+        self.marker = weakref.ref(marker)
+
+
+def _grave(t):
+    return object.__getattribute__(t, "_value")
+
+
+def _dead_message(t, op):
+    g = _grave(t)
+    by = f" (handed to `{g.op}`)" if g.op else ""
+    return USED_AFTER_CONSUME.format(op=op, where=g.where, by=by)
+
+
+_DEAD_OK = frozenset(("__class__", "_consumed_at", "__array_priority__", "__weakref__"))
+
+
+class Dead(Tensor):
+    """The class of a consumed tensor: every use raises :class:`ember.ConsumedError`."""
+
+    __slots__ = ()
+
+    def __getattribute__(self, name):
+        if name in _DEAD_OK:
+            return object.__getattribute__(self, name)
+        raise ConsumedError(_dead_message(self, f"x.{name}"))
+
+    @property
+    def _consumed_at(self):
+        return _grave(self).where
+
+    def consume(self, strict=False):  # noqa: D102 (raises)
+        raise ConsumedError(CONSUMED_TWICE.format(where=_grave(self).where))
+
+
+def _dead_op(opname):
+    def m(self, *args, **kwargs):
+        for a in args:
+            if a.__class__ is Owned and a._src is self:
+                raise ConsumedError(SAME_TWICE.format(op=opname, where=a._where))
+        raise ConsumedError(_dead_message(self, opname))
+
+    m.__name__ = opname
+    return m
+
+
+_DEAD_NAMES = (
+    "add sub mul truediv floordiv mod pow matmul and or xor lshift rshift divmod".split()
+)
+for _n in _DEAD_NAMES:
+    for _form in ("__{}__", "__r{}__", "__i{}__"):
+        setattr(Dead, _form.format(_n), _dead_op(_form.format(_n)))
+for _n in (
+    "lt le gt ge eq ne neg pos abs invert bool float int complex index len iter array "
+    "dlpack dlpack_device repr str getitem setitem reduce array_namespace format".split()
+):
+    setattr(Dead, f"__{_n}__", _dead_op(f"__{_n}__"))
+for _n in ("to_device", "share", "clone", "_scalar"):
+    setattr(Dead, _n, _dead_op(_n))
+Dead.__hash__ = None
 
 
 def check_alive(t, op: str) -> None:
-    """Raise ConsumedError if ``t`` is a dead (consumed) tensor."""
-    where = getattr(t, "_consumed_at", None)
-    if where is not None:
-        raise ConsumedError(
-            f"{op}: this tensor was consumed at {where} and can no longer be used. "
-            "Fix: pass x.share() (or x.clone()) to the consuming op if you still need x"
-        )
+    """Raise ConsumedError if ``t`` is a dead (consumed) tensor or a spent marker."""
+    c = t.__class__
+    if c is Dead:
+        raise ConsumedError(_dead_message(t, op))
+    if c is Owned and t._spent is not None:
+        raise ConsumedError(MARKER_SPENT.format(op=op, where=t._where, by=t._spent))
+
+
+# --------------------------------------------------------------------------- #
+# consume markers
+# --------------------------------------------------------------------------- #
+class Owned(Tensor):
+    """What ``consume(x)`` returns: x's value, handed to the next op that receives it.
+
+    Not the namespace's Tensor class, so every fast path falls through to the
+    slow path, which decides whether the op may write into x's buffer.
+    """
+
+    __slots__ = ("_src", "_where", "_strict", "_mod", "_spent")
+
+    @property
+    def _ns(self):  # the namespace (Tensor subclasses have it as a class attribute)
+        return self._mod
+
+    def __repr__(self):
+        if self._spent is not None:
+            return f"<consumed value (consumed at {self._where}, handed to {self._spent!r})>"
+        return f"<consumed value of shape {self.shape} (consumed at {self._where})>"
+
+    __str__ = __repr__
+
+    def _plain(self):
+        """A regular tensor holding the marker's value (spends the marker)."""
+        return as_operand(self, "use")
+
+
+def _owned_binop(fname, reflected):
+    def m(self, other):
+        f = getattr(self._mod, fname)
+        return f(other, self) if reflected else f(self, other)
+
+    return m
+
+
+def _install_owned_methods():
+    from ._api_tables import BINARY_OPERATORS, COMPARISONS, UNARY_OPERATORS
+
+    for opname, fname in BINARY_OPERATORS.items():
+        setattr(Owned, f"__{opname}__", _owned_binop(fname, False))
+        setattr(Owned, f"__r{opname}__", _owned_binop(fname, True))
+        setattr(Owned, f"__i{opname}__", _owned_binop(fname, False))  # x = op(x, y)
+    for opname, fname in COMPARISONS.items():
+        setattr(Owned, f"__{opname}__", _owned_binop(fname, False))
+    for opname, fname in UNARY_OPERATORS.items():
+        setattr(Owned, f"__{opname}__", (lambda fname: lambda self: getattr(self._mod, fname)(self))(fname))
+
+    def getitem(self, key):
+        return self._plain()[key]
+
+    Owned.__getitem__ = getitem
+    Owned.__hash__ = None
+
+
+_install_owned_methods()
+
+
+def _where(depth):
+    f = sys._getframe(depth + 1)
+    return f"{f.f_code.co_filename}:{f.f_lineno}"
+
+
+def consume(x, strict: bool = False, *, _depth: int = 1):
+    """Hand ``x``'s buffer to the next op that receives the returned value.
+
+    Why: memory-bound code (inference, elementwise chains) spends its time
+    allocating; a consuming op writes its result into x's buffer when that is
+    safe (x is the only handle, no view aliases it, no tape saved it, the
+    result fits, the backend writes in place) and allocates otherwise. After
+    the call x is dead: any use raises :class:`ember.ConsumedError`.
+    ``strict=True`` raises :class:`ember.ReuseError` instead of allocating.
+
+    >>> import ember, ember.autodiff.numpy as xp
+    >>> y = xp.ones(3) * 2.0
+    >>> y = xp.sin(ember.consume(y))   # written into y's old buffer
+    """
+    c = x.__class__
+    if c is Dead:
+        raise ConsumedError(CONSUMED_TWICE.format(where=_grave(x).where))
+    if c is Owned:
+        raise ConsumedError(CONSUMED_TWICE.format(where=x._where))
+    if not isinstance(x, Tensor):
+        raise TypeError(NOT_A_TENSOR.format(op="consume", kind=type(x).__module__.split(".")[0] + "." + type(x).__name__))
+    where = _where(_depth)
+    mod = c._ns
+    if strict:  # static conditions fail early, at the consume line, leaving x alive
+        reason = _static_reason(mod._dispatch, x)
+        if reason is not None:
+            raise ReuseError(_reuse_message(reason, "consume", where, **_extras(mod._dispatch, reason, {})))
+    m = object.__new__(Owned)
+    m._value = x._value
+    m._node = x._node
+    m._src = x
+    m._where = where
+    m._strict = bool(strict)
+    m._mod = mod
+    m._spent = None
+    x._value = _Grave(where, m)
+    x._node = None
+    x.__class__ = Dead
+    return m
+
+
+def share(x):
+    """A second handle on x's storage (no copy); a later consume of either cannot reuse it.
+
+    Why: Burn-style explicit aliasing. Writes through one handle are seen by
+    the other, exactly like two names of one NumPy array.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(NOT_A_TENSOR.format(op="share", kind=type(x).__name__))
+    check_alive(x, "share")
+    if x.__class__ is Owned:
+        x = x._plain()
+    return x._ns._dispatch.make(x._value, x._node)
+
+
+def clone(x):
+    """A copy of ``x`` with its own buffer (differentiable).
+
+    Raw arrays are copied with their own namespace.
+    """
+    if not isinstance(x, Tensor):
+        import array_api_compat
+
+        return array_api_compat.array_namespace(x).asarray(x, copy=True)
+    check_alive(x, "clone")
+    if x.__class__ is Owned:
+        x = x._plain()
+    return x._ns._copy(x)
+
+
+# --------------------------------------------------------------------------- #
+# claims: consume markers reaching the slow path
+# --------------------------------------------------------------------------- #
+def claim(d, op, m):
+    """Turn marker ``m`` into a Tensor of namespace ``d`` and record the claim on ``d``."""
+    if m._spent is not None:
+        raise ConsumedError(MARKER_SPENT.format(op=op, where=m._where, by=m._spent))
+    if m._mod is not d.module:
+        from ._tensor import mixing_error
+
+        raise mixing_error(op, m._src, d.module)
+    v, node = m._value, m._node
+    tracked = False
+    while node is not None and not node.trace.active:  # leaked from a finished transform
+        tracked = True  # a finished, possibly retained tape may still need this value
+        v, node = v._value, v._node
+    t = d.make(v, node)
+    m._value = m._node = None
+    m._spent = op
+    g = _grave(m._src)
+    g.op = op
+    d._claims.append((t, m, tracked or node is not None))
+    return t
+
+
+def as_operand(m, op):
+    """The value of marker ``m`` as a plain Tensor (spending it); used where no reuse applies."""
+    check_alive(m, op)
+    if m.__class__ is not Owned:
+        return m
+    d = m._mod._dispatch
+    t = claim(d, op, m)
+    claims, d._claims = d._claims, []
+    fail_claims(d, op, claims, "op")
+    return t
+
+
+def same_twice(op, args):
+    """Raise the specific error when ``consume(x)`` and x itself are arguments of one op."""
+    srcs = {id(a._src): a for a in args if a.__class__ is Owned}
+    for a in args:
+        if a.__class__ is Dead and id(a) in srcs:
+            raise ConsumedError(SAME_TWICE.format(op=op, where=srcs[id(a)]._where))
+
+
+def _reuse_message(reason, op, where, **extra):
+    return REUSE_PREFIX.format(op=op, where=where) + REASONS[reason].format(op=op, **extra)
+
+
+def fail_claims(d, op, claims, reason, **extra):
+    """No buffer is reused in this op: raise for strict claims, else do nothing."""
+    for t, m, tracked in claims:
+        if m._strict:
+            r = "tracked" if tracked else reason
+            raise ReuseError(_reuse_message(r, op, m._where, **_extras(d, r, extra)))
+
+
+def _extras(d, reason, extra):
+    if reason == "backend":
+        from .. import backend
+
+        caps = backend.capabilities(d.xp)
+        return {"backend": d.bname, "in_place": caps.in_place, "out_param": caps.out_param}
+    return extra
+
+
+# --------------------------------------------------------------------------- #
+# which buffers are protected
+# --------------------------------------------------------------------------- #
+_borrowed: dict = {}
+_REUSE_BACKENDS = ("numpy", "cupy")
+
+
+def _owner(r):
+    """The array that owns ``r``'s memory (walking ``.base``), or None for external memory."""
+    b = getattr(r, "base", None)
+    while b is not None:
+        if not hasattr(b, "shape") or not hasattr(b, "dtype"):
+            return None  # bytes, memoryview, mmap...: memory ember did not allocate
+        r = b
+        b = getattr(r, "base", None)
+    return r
+
+
+def mark_borrowed(r) -> None:
+    """Record that backend array ``r`` (and anything viewing its owner) belongs to the caller."""
+    o = _owner(r)
+    if o is None:
+        return
+    key = id(o)
+    try:
+        ref = weakref.ref(o, lambda _, key=key: _borrowed.pop(key, None))
+    except TypeError:
+        return
+    _borrowed[key] = ref
+
+
+def is_borrowed(r) -> bool:
+    """True when ``r``'s memory belongs to an array passed in without a copy."""
+    o = _owner(r)
+    if o is None:
+        return True
+    if not _borrowed:
+        return False
+    ref = _borrowed.get(id(o))
+    return ref is not None and ref() is o
+
+
+def _tape_sees(r) -> bool:
+    """True when a live (finished but retained) tape keeps a value on ``r``'s memory."""
+    from ._trace import live_traces
+
+    o = _owner(r)
+    for tr in list(live_traces):
+        for node in tr.nodes:
+            vals = []
+            if node.args:
+                vals.extend(node.args)
+            ans = node.ans
+            if isinstance(ans, (tuple, list)):
+                vals.extend(ans)
+            elif ans is not None:
+                vals.append(ans)
+            for v in vals:
+                if isinstance(v, Tensor) and v.__class__ is not Dead:
+                    w = raw_value(v)
+                    if w is r or (o is not None and _owner(w) is o):
+                        return True
+    return False
 
 
 def guard_write(t, op: str) -> None:
-    """Hook run before ``op`` writes into ``t``'s buffer in place (no-op for now)."""
+    """Run before ``op`` writes into ``t``'s buffer in place (outside transforms).
+
+    Copies the buffer first (copy-on-write of that one buffer) when the
+    memory is borrowed from the caller or a live tape saved it, so neither
+    ever sees the write; ``config(on_hidden_copy=...)`` reports the copy.
+    """
+    r = t._value
+    if getattr(r, "base", None) is None and not _borrowed:
+        from ._trace import live_traces
+
+        if not live_traces:
+            return
+    if is_borrowed(r):
+        reason = "the buffer is borrowed from an array passed in without a copy"
+        fix = "create the tensor with xp.asarray(a, copy=True)"
+    else:
+        from ._trace import live_traces
+
+        if not live_traces or not _tape_sees(r):
+            return
+        reason = "a tape (e.g. a vjp function still alive) saved this buffer for backward"
+        fix = "write into a clone, or let the vjp function go before writing"
+    _report_copy(op, r, reason, fix)
+    t._value = t._ns._dispatch.xp.asarray(r, copy=True)
+
+
+def _static_reason(d, x):
+    """A reuse condition that fails whatever the op (or None)."""
+    if x._node is not None:
+        return "tracked"
+    if d.bname not in _REUSE_BACKENDS:
+        return "backend"
+    from .. import backend
+
+    caps = backend.capabilities(d.xp)
+    if not (caps.in_place and caps.out_param):
+        return "backend"
+    r = x._value
+    if is_borrowed(r):
+        return "borrowed"
+    if getattr(r, "base", None) is not None:
+        return "view"
+    flags = getattr(r, "flags", None)
+    if flags is not None and not getattr(flags, "writeable", True):
+        return "readonly"
     return None
+
+
+def _extra_refs(t) -> int:
+    # holders expected here: t._value and getrefcount's argument
+    return sys.getrefcount(t._value) - 2
+
+
+# --------------------------------------------------------------------------- #
+# running an op into a consumed buffer
+# --------------------------------------------------------------------------- #
+_FLOAT_UNARY = set(
+    "acos acosh asin asinh atan atanh ceil cos cosh exp expm1 floor log log1p log2 log10 "
+    "reciprocal round sin sinh sqrt tan tanh trunc".split()
+)
+_SAME_UNARY = set("negative positive square sign conj bitwise_invert logical_not".split())
+_REAL_UNARY = {"abs"}
+_FLOAT_BINARY = set("divide atan2 copysign hypot logaddexp nextafter".split())
+_PROMOTE_BINARY = set(
+    "add subtract multiply maximum minimum pow remainder floor_divide bitwise_and "
+    "bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift logical_and logical_or "
+    "logical_xor".split()
+)
+_ALIASES = {
+    "acos": "arccos", "acosh": "arccosh", "asin": "arcsin", "asinh": "arcsinh",
+    "atan": "arctan", "atanh": "arctanh", "atan2": "arctan2", "pow": "power",
+    "round": "rint", "bitwise_invert": "invert", "bitwise_left_shift": "left_shift",
+    "bitwise_right_shift": "right_shift", "conj": "conjugate",
+}
+_ufuncs: dict = {}
+
+
+def _ufunc(d, name):
+    key = (id(d), name)
+    f = _ufuncs.get(key)
+    if f is None:
+        from .. import backend
+
+        lib = backend.raw(d.xp)
+        f = getattr(lib, _ALIASES.get(name, name), None) or getattr(lib, name, None)
+        if f is None or not hasattr(f, "nin"):
+            f = False
+        _ufuncs[key] = f
+    return f
+
+
+def _kind(xp, dt):
+    if xp.isdtype(dt, "real floating"):
+        return "real"
+    if xp.isdtype(dt, "complex floating"):
+        return "complex"
+    return "other"
+
+
+def _plan(d, name, raw, params, r):
+    """(reason, kernel) for writing op ``name`` on ``raw`` args into ``r``."""
+    xp = d.xp
+    rk = _kind(xp, r.dtype)
+    arrays = [a for a in raw if hasattr(a, "shape")]
+    if name in _FLOAT_UNARY or name in _SAME_UNARY or name in _REAL_UNARY:
+        if name in _FLOAT_UNARY and rk == "other" or name in _REAL_UNARY and rk == "complex":
+            return "dtype", None
+        if raw[0] is not r:
+            return "shape", None
+        f = _ufunc(d, name)
+        return (None, lambda: f(r, out=r)) if f else ("op", None)
+    if name in _FLOAT_BINARY or name in _PROMOTE_BINARY:
+        try:
+            dt = xp.result_type(*raw)
+        except Exception:
+            return "dtype", None
+        if dt != r.dtype or name in _FLOAT_BINARY and rk == "other":
+            return "dtype", None
+        if xp.broadcast_shapes(*[tuple(a.shape) for a in arrays]) != tuple(r.shape):
+            return "shape", None
+        f = _ufunc(d, name)
+        return (None, lambda: f(*raw, out=r)) if f else ("op", None)
+    if name == "where":
+        cond, a, b = raw
+        try:
+            dt = xp.result_type(a, b)
+        except Exception:
+            return "dtype", None
+        if dt != r.dtype:
+            return "dtype", None
+        if xp.broadcast_shapes(*[tuple(v.shape) for v in arrays]) != tuple(r.shape):
+            return "shape", None
+        lib = _lib(d)
+        copyto = getattr(lib, "copyto", None)
+        if copyto is None:
+            return "op", None
+        if b is r and a is not r:
+            return None, lambda: (copyto(r, a, where=cond), r)[1]
+        if a is r and b is not r:
+            return None, lambda: (copyto(r, b, where=lib.logical_not(cond)), r)[1]
+        return "op", None
+    if name == "clip":
+        x, lo, hi = raw
+        if x is not r:
+            return "op", None
+        shapes = [tuple(v.shape) for v in arrays]
+        if xp.broadcast_shapes(*shapes) != tuple(r.shape):
+            return "shape", None
+        if lo is None and hi is None:
+            return None, lambda: r
+        lib = _lib(d)
+        return None, lambda: lib.clip(r, lo, hi, out=r)
+    return "op", None
+
+
+def _lib(d):
+    from .. import backend
+
+    return backend.raw(d.xp)
+
+
+def run_owned(d, name, impl, norm, params, claims):
+    """Compute op ``name`` writing into a consumed buffer when allowed; None to allocate."""
+    T = d.T
+    target = None
+    reason = None
+    info = {}
+    for i, (t, m, tracked) in enumerate(claims):
+        if tracked:
+            why = "tracked"
+        elif target is not None:
+            why = "other"
+        else:
+            why = _static_reason(d, t)
+            if why is None:
+                extra = _extra_refs(t)
+                if extra > 0:
+                    why, info = "shared", {"extra": extra}
+        if why is None:
+            target = t
+            continue
+        if m._strict:
+            raise ReuseError(_reuse_message(why, name, m._where, **_extras(d, why, info)))
+        reason = why
+    if target is None:
+        return None
+    r = target._value
+    raw = [raw_value(a) if a.__class__ is T else a for a in norm]
+    why, kernel = _plan(d, name, raw, params, r)
+    if why is not None:
+        m = next(m for t, m, _ in claims if t is target)
+        if m._strict:
+            extra = {}
+            if why in ("shape", "dtype"):
+                res = impl(*raw, **params)
+                extra = {"shape": tuple(res.shape), "xshape": tuple(r.shape),
+                         "dtype": res.dtype, "xdtype": r.dtype}
+            raise ReuseError(_reuse_message(why, name, m._where, **extra))
+        return None
+    del reason
+    try:
+        out = kernel()
+    except Exception as e:
+        from ._namespace import op_error
+
+        raise op_error(name, e, raw) from e
+    if out is not r:
+        return None if out is None else d.wrap(out)
+    target._value = None  # the one handle on r moves to the result
+    return d.make(r, None)
+
+
+def borrow(res, obj) -> None:
+    """Mark ``res`` borrowed when ``asarray`` returned memory of the caller's ``obj``."""
+    if res is obj:
+        mark_borrowed(res)
+        return
+    o = _owner(obj) if hasattr(obj, "shape") else None
+    ro = _owner(res)
+    if ro is None or (o is not None and ro is o):
+        mark_borrowed(res if ro is None else ro)

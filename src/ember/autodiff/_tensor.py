@@ -110,13 +110,20 @@ class Tensor:
     def __len__(self):
         if self.ndim == 0:
             raise TypeError("len() of a 0-d Tensor")
-        return self.shape[0]
+        n = self.shape[0]
+        if n is None or n != n:
+            raise TypeError(
+                "len() of a Tensor whose first dimension is unknown (NaN, e.g. after a "
+                "boolean mask on dask); resolve it with ember.distributed.resolve_sizes(x) "
+                "or ember.compute(x)"
+            )
+        return n
 
     def __iter__(self):
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d Tensor")
         n = self.shape[0]
-        if n is None:
+        if n is None or n != n:
             raise TypeError("iteration over a Tensor whose first dimension is unknown")
         for i in range(n):
             yield self[i]
@@ -149,6 +156,25 @@ class Tensor:
 
     def __reduce__(self):
         raise TypeError("ember Tensors are not pickled; save them with ember.io.save")
+
+    # ----- ownership (autodiff/_ownership.py) -----------------------------
+    def consume(self, strict=False):
+        """Hand this tensor's buffer to the next op (see ``ember.consume``); self dies."""
+        from ._ownership import consume
+
+        return consume(self, strict, _depth=2)
+
+    def share(self):
+        """A second handle on the same storage, no copy (see ``ember.share``)."""
+        from ._ownership import share
+
+        return share(self)
+
+    def clone(self):
+        """A copy with its own buffer (differentiable; see ``ember.clone``)."""
+        from ._ownership import clone
+
+        return clone(self)
 
 
 def raw_value(x):

@@ -87,10 +87,18 @@ def build(d) -> dict:
 
     # ----- creation ------------------------------------------------------
     def asarray(obj, /, *, dtype=None, device=None, copy=None):
-        if isinstance(obj, Tensor):
+        from_tensor = isinstance(obj, Tensor)
+        if from_tensor:
+            if obj.__class__ is not T:
+                from ._ownership import Owned, as_operand
+
+                if obj.__class__ is Owned:  # asarray(consume(x)): the value, no reuse
+                    obj = as_operand(obj, "asarray")
             if obj.__class__ is not T:
                 d.check_own(obj, "asarray")
-            if obj._node is not None and (dtype is None or dtype == obj.dtype) and device is None:
+            if obj._node is not None and (dtype is None or dtype == obj.dtype):
+                if device is not None:  # keep the gradient: to_device has a VJP
+                    obj = mod._to_device(obj, device, None)
                 return mod._copy(obj) if copy else obj
             obj = raw_value(obj)
         elif isinstance(obj, (list, tuple)):
@@ -103,11 +111,16 @@ def build(d) -> dict:
         if copy is not None:
             kw["copy"] = copy
         try:
-            return d.wrap(xp.asarray(obj, **kw))
+            res = xp.asarray(obj, **kw)
         except Exception as e:
             from ._namespace import op_error
 
             raise op_error("asarray", e, (obj,)) from e
+        if not copy and not from_tensor and hasattr(obj, "shape"):
+            from ._ownership import borrow
+
+            borrow(res, obj)  # no copy made: the caller's memory, never written by ember
+        return d.wrap(res)
 
     out["asarray"] = asarray
 
@@ -139,7 +152,7 @@ def build(d) -> dict:
             return fast_generic("unstack", xp.unstack)(x, axis=axis)
         axis = axis % x.ndim
         pre = (slice(None),) * axis
-        return tuple(x[pre + (i,)] for i in range(x.shape[axis]))
+        return tuple(x[pre + (i, ...)] for i in range(x.shape[axis]))
 
     def broadcast_arrays(*arrays):
         if not traced(*arrays):
@@ -149,13 +162,18 @@ def build(d) -> dict:
 
     def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
         if not traced(x, *(a for a in (prepend, append) if a is not None)):
-            return fast_generic("diff", xp.diff)(x, axis=axis, n=n, prepend=prepend, append=append)
+            kw = {k: v for k, v in (("prepend", prepend), ("append", append)) if v is not None}
+            return fast_generic("diff", xp.diff)(x, axis=axis, n=n, **kw)
+        if n == 0:  # as the backends do: prepend/append are ignored
+            return x
         parts = [p for p in (prepend, x, append) if p is not None]
         y = mod.concat(parts, axis=axis) if len(parts) > 1 else x
         ax = axis % y.ndim
         lo = (slice(None),) * ax
         for _ in range(n):
-            y = y[lo + (slice(1, None),)] - y[lo + (slice(None, -1),)]
+            if y.shape[ax] == 0:  # nothing to difference (strict rejects y[1:] here)
+                break
+            y = y[lo + (slice(1, None), ...)] - y[lo + (slice(None, -1), ...)]
         return y
 
     def moveaxis(x, source, destination, /):
@@ -199,7 +217,10 @@ def _index_add_raw(d, x, g, key):
     n = 1
     for s in x.shape:
         n *= s
-    flat = xp.reshape(xp.arange(n), tuple(x.shape))
+    import array_api_compat
+
+    dk = {"device": array_api_compat.device(x)}  # array_api_strict and GPUs: index arrays on x's device
+    flat = xp.reshape(xp.arange(n, **dk), tuple(x.shape))
     lin = xp.reshape(flat[key], (-1,))
     gflat = xp.reshape(xp.broadcast_to(g, tuple(flat[key].shape)), (-1,))
     lib = backend.raw(xp)
@@ -212,8 +233,8 @@ def _index_add_raw(d, x, g, key):
             )
         else:
             acc = bincount(lin, weights=gflat, minlength=n)
-        acc = xp.astype(xp.asarray(acc), x.dtype)
+        acc = xp.astype(xp.asarray(acc, **dk), x.dtype)
     else:  # portable: one-hot matrix product (memory O(len(lin) * n))
-        onehot = xp.astype(xp.reshape(lin, (-1, 1)) == xp.reshape(xp.arange(n), (1, -1)), x.dtype)
+        onehot = xp.astype(xp.reshape(lin, (-1, 1)) == xp.reshape(xp.arange(n, **dk), (1, -1)), x.dtype)
         acc = xp.reshape(xp.reshape(gflat, (1, -1)) @ onehot, (-1,))
     return x + xp.reshape(acc, tuple(x.shape))

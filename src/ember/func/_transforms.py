@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 from .. import tree as _tree
 from .._errors import NotDifferentiableError
 from ..autodiff import Tensor, namespace
+from ..autodiff._ownership import share as _share
 from ..autodiff._tensor import raw_value
 from ..autodiff._trace import Node, Trace, backward
 
@@ -53,7 +54,8 @@ class _Leaf:
 def _track(x, trace: Trace) -> _Leaf | None:
     """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating."""
     raw_input = not isinstance(x, Tensor)
-    t = namespace(x).asarray(x) if raw_input else x
+    # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
+    t = namespace(x).asarray(x) if raw_input else _share(x)
     ns = type(t)._ns
     if not ns._dispatch.is_differentiable(t):
         return None
@@ -64,7 +66,8 @@ def _track(x, trace: Trace) -> _Leaf | None:
 def _lower(x, trace: Trace):
     """``x`` with this trace's level removed (values one level down)."""
     if isinstance(x, Tensor) and x._node is not None and x._node.trace is trace:
-        return x._value
+        v = x._value  # a fresh handle: a retained tape keeps its own (ownership)
+        return type(v)._ns._dispatch.make(v._value, v._node)
     return x
 
 
@@ -81,7 +84,7 @@ def _trace_args(args, argnums, trace):
         leaves, treedef = _tree.flatten(args[i])
         tracked = [_track(x, trace) for x in leaves]
         args[i] = _tree.unflatten(
-            treedef, [x if t is None else t.tensor for x, t in zip(leaves, tracked)]
+            treedef, [x if t is None else _share(t.tensor) for x, t in zip(leaves, tracked)]  # own handle: f may consume it
         )
         per_arg.append((treedef, leaves, tracked))
     return args, per_arg
