@@ -30,6 +30,7 @@ from ._trace import Node, active_traces
 __all__ = ["namespace"]
 
 _SCALARS = (bool, int, float, complex)
+_GENERAL = object()  # "use the general slow path"
 _cache: dict = {}
 
 
@@ -246,6 +247,10 @@ class _Dispatcher:
     # ------------------------------------------------------------------ #
     def call(self, name, impl, args, params):
         """Dispatch op ``name`` on ``args`` (positional; Tensors may be tracked)."""
+        if not self._claims:
+            out = self.record_one_level(name, impl, args, params)
+            if out is not _GENERAL:
+                return out
         try:
             norm = [self.normalize(name, a) for a in args]
         except ConsumedError:
@@ -309,6 +314,71 @@ class _Dispatcher:
             else:
                 outs.append(a)
         return type(ans)(*outs) if hasattr(ans, "_fields") else tuple(outs)
+
+    def record_one_level(self, name, impl, args, params):
+        """The common traced case, without the general path's bookkeeping.
+
+        Applies when every array argument is a Tensor of this namespace that
+        is untracked or tracked at one active trace directly over a backend
+        array (one level of differentiation), and the rule has one output.
+        Returns ``_GENERAL`` when the general path must handle the call.
+        """
+        T = self.T
+        make = self.make
+        top = None
+        raw = []
+        inner = []
+        parents = []
+        for a in args:
+            c = a.__class__
+            if c is T:
+                n = a._node
+                if n is None:
+                    v = a._value
+                    raw.append(v)
+                    inner.append(make(v, None))  # the tape's own handle (ownership)
+                    parents.append(None)
+                    continue
+                tr = n.trace
+                low = a._value
+                if low._node is not None or not tr.active or (top is not None and tr is not top):
+                    return _GENERAL
+                top = tr
+                raw.append(low._value)
+                inner.append(low)
+                parents.append(n)
+            elif c is float or c is int or a is None:
+                raw.append(a)
+                inner.append(a)
+                parents.append(None)
+            else:
+                return _GENERAL
+        if top is None:
+            return _GENERAL
+        rule = RULES.get(name)
+        if rule is not None and rule.nout != 1:
+            return _GENERAL
+        try:
+            out = impl(*raw, **params)
+        except Exception as e:
+            raise op_error(name, e, raw) from e
+        if out.__class__ is not self.A:
+            if rule is None or isinstance(out, (tuple, list)):
+                return self.wrap_out(out)
+            out = self.xp.asarray(out)  # a backend scalar such as numpy.float64
+        ans = make(out, None)
+        if rule is None:
+            return ans
+        ok = self.floating.get(out.dtype)
+        if ok is None:
+            ok = self.is_differentiable(ans)
+        if not ok:
+            return ans
+        node = Node(rule, tuple(inner), params, tuple(parents), ans, top, self.module)
+        top.nodes.append(node)
+        if top.saver is not None:
+            top.saver(node, impl)
+        return make(ans, node)
 
     def is_differentiable(self, t) -> bool:
         """Whether a result of this dtype can carry a gradient (floating or complex)."""
@@ -458,7 +528,7 @@ class _Dispatcher:
             raw = getattr(xp, fname)
 
             if reflected:
-                def m(self, other):
+                def m(self, other, /):
                     c = other.__class__
                     if c is float or c is int:
                         if self._node is None:
@@ -472,7 +542,7 @@ class _Dispatcher:
                         return getattr(mod, fname)(other, self)
                     return NotImplemented
             else:
-                def m(self, other):
+                def m(self, other, /):
                     c = other.__class__
                     if self._node is None and (
                         (c is T and other._node is None) or c is float or c is int
@@ -483,14 +553,14 @@ class _Dispatcher:
                             raise op_error(fname, e, (self, other)) from e
                         return make(v if v.__class__ is A else coerce(v), None)
                     if c is T or c in _SCALARS or isinstance(other, (A, Tensor)):
-                        return getattr(mod, fname)(self, other)
+                        return call(fname, raw, (self, other), {})
                     return NotImplemented
             return m
 
         def inplace(fname):
             iop = getattr(operator, f"__i{_OP_OF[fname]}__")
 
-            def m(self, other):
+            def m(self, other, /):
                 c = other.__class__
                 if not (c is T or c in _SCALARS or isinstance(other, (A, Tensor))):
                     return NotImplemented
@@ -535,7 +605,7 @@ class _Dispatcher:
         getitem_impl = _getitem_raw
         strip = self.strip
 
-        def __getitem__(self, key):
+        def __getitem__(self, key, /):
             if self._node is None:
                 k = strip(key) if _has_tensor(key) else key
                 try:
@@ -545,7 +615,7 @@ class _Dispatcher:
                 return make(v if v.__class__ is A else coerce(v), None)
             return call("getitem", getitem_impl, (self,), {"key": _key_params(key, strip)})
 
-        def __setitem__(self, key, value):
+        def __setitem__(self, key, value, /):
             k = _key_params(key, strip)
             c = value.__class__
             if self._node is None and not active_traces and (c is not T or value._node is None):
@@ -622,6 +692,10 @@ def _reference_signature(qualname):
         if obj is None:
             return None
     try:
-        return inspect.signature(obj)
+        sig = inspect.signature(obj)
     except (TypeError, ValueError):
         return None
+    # array_api_strict's "argument not given" sentinel (Undef) is None in the standard
+    ps = [p.replace(default=None) if type(p.default).__name__ == "Undef" else p
+          for p in sig.parameters.values()]
+    return sig.replace(parameters=ps)

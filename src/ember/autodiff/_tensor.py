@@ -43,11 +43,18 @@ class Tensor:
 
     @property
     def dtype(self):
-        return raw_value(self).dtype
+        v = self._value
+        while isinstance(v, Tensor):
+            v = v._value
+        return v.dtype
 
     @property
     def shape(self):
-        return tuple(raw_value(self).shape)
+        v = self._value
+        while isinstance(v, Tensor):
+            v = v._value
+        s = v.shape
+        return s if s.__class__ is tuple else tuple(s)
 
     @property
     def ndim(self):
@@ -140,8 +147,10 @@ class Tensor:
             return conv(dtype) if dtype is not None else conv()
         return conv(dtype, copy=copy) if dtype is not None else conv(copy=copy)
 
-    def __dlpack__(self, /, **kwargs):
-        return raw_value(self).__dlpack__(**kwargs)
+    def __dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None):
+        kw = {k: v for k, v in (("stream", stream), ("max_version", max_version),
+                                ("dl_device", dl_device), ("copy", copy)) if v is not None}
+        return raw_value(self).__dlpack__(**kw)
 
     def __dlpack_device__(self, /):
         return raw_value(self).__dlpack_device__()

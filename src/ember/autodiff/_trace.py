@@ -108,8 +108,7 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
     for node, g in seeds:
         _accumulate(node, g)
     nodes = trace.nodes
-    order = reversed(nodes) if retain else _popping(nodes)
-    for node in order:
+    for node in reversed(nodes):
         g = node.g
         if g is None:
             if not retain:
@@ -131,11 +130,9 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
         grads = rule.vjp(node.ns, g, node.ans, node.args, node.params, parents)
         for parent, gi in zip(parents, grads):
             if parent is not None and gi is not None:
-                _accumulate(parent, gi)
-        if not retain:
+                old = parent.g
+                parent.g = gi if old is None else old + gi
+        if not retain:  # free what this node saved as soon as it has run
             node.args = node.ans = node.params = None
-
-
-def _popping(nodes):
-    while nodes:
-        yield nodes.pop()
+    if not retain:
+        nodes.clear()
