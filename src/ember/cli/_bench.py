@@ -1,0 +1,154 @@
+"""``ember bench``: run the repository's benchmark scripts, tabulate ratios, draw a chart.
+
+Each script (``benchmarks/<name>.py``) runs in its own process with a clean,
+single-threaded environment, exactly as ``benchmarks/run`` does, and writes
+one JSON file per workload into ``OUT/results``. This module then reads those
+files, prints one table of per-implementation ratios against each workload's
+reference (NumPy where there is one) and writes ``OUT/bench.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import _repo
+
+DEFAULT_SCRIPTS = ("overhead", "mlp", "conv")
+MARKER = "benchmarks/_harness.py"
+UNKNOWN_SCRIPT = "unknown benchmark script {name!r}; available: {known} (e.g. --script overhead)"
+SCRIPT_FAILED = "benchmarks/{name}.py exited with status {rc}; its output is in {log}"
+
+
+def _env(repo: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    src = str(repo / "src")
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def available_scripts(repo: Path) -> list[str]:
+    """Benchmark scripts of the checkout that use the shared harness (``run_cli``)."""
+    out = []
+    for p in sorted((repo / "benchmarks").glob("*.py")):
+        if not p.name.startswith("_") and "run_cli(" in p.read_text(errors="replace"):
+            out.append(p.stem)
+    return out
+
+
+def load_results(results_dir: Path) -> list[dict[str, Any]]:
+    """Every workload JSON written by the harness into ``results_dir``, sorted by name."""
+    return [json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("*.json"))]
+
+
+def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+    """``(workload, implementation, median + unit, ratio, note)`` per implementation."""
+    out = []
+    for w in results:
+        for name, r in w["results"].items():
+            if r.get("median") is None:
+                out.append((w["name"], name, "-", "-", f"n/a ({r.get('note', '')})"))
+                continue
+            ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else "-"
+            out.append((w["name"], name, f"{r['median']:.3g} {w['unit']}", ratio, ""))
+    return out
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
+    """A bar chart of ratio vs reference per workload (log scale); None without data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = [(w, {k: r["ratio"] for k, r in w["results"].items() if r.get("ratio")}) for w in results]
+    data = [(w, d) for w, d in data if d]
+    if not data:
+        return None
+    fig, axes = plt.subplots(len(data), 1, figsize=(7, 1.0 + 0.35 * sum(len(d) for _, d in data) + 0.6 * len(data)),
+                             squeeze=False)
+    for ax, (w, d) in zip(axes[:, 0], data):
+        names = list(d)
+        colors = ["tab:red" if n.startswith("ember") else "tab:gray" for n in names]
+        ax.barh(names, [d[n] for n in names], color=colors)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.invert_yaxis()
+        ax.set_title(f"{w['name']}: time / {w['reference']} (lower is better)", fontsize=9)
+        ax.tick_params(labelsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def run_bench(
+    *,
+    quick: bool = False,
+    scripts: tuple[str, ...] | list[str] = (),
+    only: str | None = None,
+    out: Path = Path("ember-bench"),
+    repo: Path | None = None,
+) -> int:
+    """``ember bench``: run ``scripts`` (default: overhead, mlp, conv), print ratios, write a chart.
+
+    Returns the exit status: 0 when every script ran, 1 otherwise.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    root = _repo.find(MARKER, repo)
+    known = available_scripts(root)
+    scripts = list(scripts) or [s for s in DEFAULT_SCRIPTS if s in known]
+    for s in scripts:
+        if s not in known:
+            raise ValueError(UNKNOWN_SCRIPT.format(name=s, known=", ".join(known)))
+    out = Path(out)
+    results_dir = out / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for old in results_dir.glob("*.json"):
+        old.unlink()
+    status = 0
+    for s in scripts:
+        cmd = [sys.executable, str(root / "benchmarks" / f"{s}.py"), "--results-dir", str(results_dir)]
+        if quick:
+            cmd.append("--quick")
+        if only:
+            cmd += ["--only", only]
+        log = out / f"{s}.log"
+        with console.status(f"benchmarks/{s}.py{' --quick' if quick else ''} ..."):
+            proc = subprocess.run(cmd, cwd=root / "benchmarks", env=_env(root),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log.write_text(proc.stdout)
+        if proc.returncode != 0:
+            console.print(SCRIPT_FAILED.format(name=s, rc=proc.returncode, log=log))
+            status = 1
+        else:
+            console.print(f"benchmarks/{s}.py done (full output: {log})")
+
+    results = load_results(results_dir)
+    table = Table(title="ember bench: median time per call, ratio vs each workload's reference")
+    for col in ("workload", "implementation", "median", "ratio", "note"):
+        table.add_column(col, overflow="fold")
+    for r in rows(results):
+        table.add_row(*r)
+    console.print(table)
+    for w in results:
+        for label, v in (w.get("ratios") or {}).items():
+            console.print(f"  {w['name']}: {label} = " + (f"{v:.2f}x" if v is not None else "n/a"))
+    try:
+        chart = plot(results, out / "bench.png")
+    except ImportError:
+        console.print("chart skipped: matplotlib is not installed (pip install matplotlib)")
+    else:
+        console.print(f"chart: {chart}" if chart else "chart skipped: no ratios to draw")
+    console.print(f"results: {results_dir}")
+    return status

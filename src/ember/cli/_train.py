@@ -1,0 +1,429 @@
+"""``ember train``: the digits job (data, models, training loop, checkpoint, curves).
+
+The data are scikit-learn's bundled 8x8 digits (1797 images, no download),
+split 80/20 with a fixed key. Two models: ``mlp`` (64-128-64-10) and ``cnn``
+(two 3x3 convolutions, a max-pool and an MLP head, as in
+``examples/cnn_digits.py``), trained with :class:`ember.optim.SGD` (momentum
+0.9, learning rate x0.8 per epoch) through ``ember.value_and_grad``. One epoch's batch order comes from
+``fold_in(key, epoch)``, so a run resumed from the checkpoint of epoch k
+continues exactly as the uninterrupted run would.
+
+The checkpoint (``OUT/checkpoint.safetensors``, written atomically by
+:func:`ember.io.save`) holds the model, the optimizer state, the epoch, the
+history of loss/accuracy and the run's configuration; ``OUT/curves.png``
+shows the curves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import nn, tree
+from .. import random as er
+from .._errors import EmberError, FileFormatError
+from ..func import value_and_grad
+
+__all__ = ["BACKENDS", "MODELS", "Config", "Result", "load_digits", "build_model", "train"]
+
+BACKENDS = ("numpy", "dask", "cupy", "array_api_strict")
+MODELS = ("mlp", "cnn")
+CHECKPOINT = "checkpoint.safetensors"
+CURVES = "curves.png"
+
+# Error texts (constants so tests can check them).
+UNKNOWN_BACKEND = "unknown backend {name!r}; choose one of {known} (e.g. --backend numpy)"
+UNKNOWN_MODEL = "unknown model {name!r}; choose one of {known} (e.g. --model cnn)"
+NO_SKLEARN = (
+    "the digits data come with scikit-learn, which is not installed; "
+    "fix: pip install scikit-learn (or pip install -e . in the ember checkout)"
+)
+NO_MATPLOTLIB = (
+    "the training-curve PNG needs matplotlib, which is not installed; "
+    "fix: pip install matplotlib (or pip install -e . in the ember checkout)"
+)
+NO_CHECKPOINT = (
+    "--resume {path}: no {name} there; pass the --out directory of an earlier "
+    "`ember train` run"
+)
+BAD_CHECKPOINT = (
+    "--resume {path}: the checkpoint cannot be read ({why}); delete it and train "
+    "again without --resume, or point --resume at another run"
+)
+MODEL_MISMATCH = (
+    "--resume {path}: the checkpoint holds a {saved!r} model but --model {asked} was "
+    "given; drop --model or pass --model {saved}"
+)
+ALREADY_DONE = (
+    "--resume {path}: the checkpoint is at epoch {epoch}, which is not below "
+    "--epochs {epochs}; pass a larger --epochs to train further"
+)
+
+
+class TrainError(EmberError, ValueError):
+    """A problem with the arguments or files of ``ember train`` (message has the fix)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Settings of one run; saved in the checkpoint so ``--resume`` can check them."""
+
+    model: str = "cnn"
+    backend: str = "numpy"
+    epochs: int = 8
+    batch: int = 64
+    optimizer: str = "sgd"  # SGD + momentum 0.9 (measured: 98% at 8 epochs; Adam ~96.5%)
+    lr: float = 0.1
+    lr_decay: float = 0.8  # per epoch: independent of --epochs, so a resumed run matches
+    seed: int = 0
+    checkpointing: str = "none"
+    quick: bool = False
+
+
+@dataclasses.dataclass
+class Result:
+    """What a run returns: the model, its final test accuracy, and where files went."""
+
+    model: Any
+    test_accuracy: float
+    seconds: float
+    epoch: int
+    history: dict[str, list[float]]
+    checkpoint: Path
+    curves: Path | None
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_digits(seed: int = 0, test_fraction: float = 0.2, *, images: bool = True):
+    """``(x_train, y_train, x_test, y_test)`` as NumPy arrays from scikit-learn's digits.
+
+    Images are ``(N, 1, 8, 8)`` (or ``(N, 64)`` with ``images=False``) float32
+    in [0, 1]; labels int64. The split is a fixed permutation of ``seed``.
+    """
+    try:
+        from sklearn.datasets import load_digits as _sk_digits
+    except ImportError as e:
+        raise ImportError(NO_SKLEARN) from e
+    d = _sk_digits()
+    if images:
+        x = (d.images / 16.0).astype(np.float32)[:, None, :, :]
+    else:
+        x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
+    perm = np.asarray(er.permutation(er.key(seed), len(y)))
+    n_test = int(len(y) * test_fraction)
+    test, train_idx = perm[:n_test], perm[n_test:]
+    return x[train_idx], y[train_idx], x[test], y[test]
+
+
+# --------------------------------------------------------------------------- models
+
+
+class DigitsCNN(nn.Module):
+    """Conv(1->16) - ReLU - Conv(16->32) - ReLU - MaxPool 2 - MLP(512->64->10)."""
+
+    features: list
+    head: nn.MLP
+
+    @classmethod
+    def init(cls, key: er.Key, *, xp: Any) -> DigitsCNN:
+        """A fresh model with arrays of the namespace ``xp``."""
+        k1, k2, k3 = er.split(key, 3)
+        features = [
+            nn.Conv2d.init(k1, 1, 16, 3, padding=1, xp=xp), nn.relu,
+            nn.Conv2d.init(k2, 16, 32, 3, padding=1, xp=xp), nn.relu,
+            nn.MaxPool2d(2),
+        ]
+        return cls(features, nn.MLP.init(k3, 32 * 4 * 4, [64], 10, xp=xp))
+
+    def __call__(self, x: Any) -> Any:
+        h = nn.apply(self.features, x)
+        xp = h.__array_namespace__()
+        return self.head(xp.reshape(h, (h.shape[0], -1)))
+
+
+def build_model(name: str, key: er.Key, xp: Any) -> Any:
+    """The ``mlp`` or ``cnn`` digits model, with arrays of ``xp``."""
+    if name == "cnn":
+        return DigitsCNN.init(key, xp=xp)
+    if name == "mlp":
+        return nn.MLP.init(key, 64, [128, 64], 10, xp=xp)
+    raise TrainError(UNKNOWN_MODEL.format(name=name, known=", ".join(MODELS)))
+
+
+def namespace(backend: str) -> Any:
+    """The differentiable ember namespace over ``backend`` (one-line errors if unknown/missing)."""
+    if backend not in BACKENDS:
+        raise TrainError(UNKNOWN_BACKEND.format(name=backend, known=", ".join(BACKENDS)))
+    from ..autodiff import namespace as _namespace
+
+    return _namespace(backend)
+
+
+# ------------------------------------------------------------------------- training
+
+
+def _accuracy(model: Any, xp: Any, x: np.ndarray, y: np.ndarray, batch: int = 512) -> float:
+    correct = 0
+    for i in range(0, len(y), batch):
+        logits = model(xp.asarray(x[i:i + batch]))
+        hit = xp.argmax(logits, axis=1) == xp.asarray(y[i:i + batch])
+        correct += int(xp.sum(xp.astype(hit, xp.int64)))
+    return correct / max(1, len(y))
+
+
+def _to_backend(x: Any, xp: Any) -> Any:
+    """Every array leaf of ``x`` as an array of ``xp`` (Python constants unchanged)."""
+    return tree.map(lambda a: xp.asarray(a) if hasattr(a, "shape") else a, x)
+
+
+def _model_arrays(model: Any) -> dict[str, Any]:
+    """``{path: array}`` of a model: what the checkpoint stores (functions in it are code)."""
+    return {str(p): a for p, a in tree.flatten_with_path(model)[0]}
+
+
+def _restore_model(saved: dict[str, Any], like: Any, xp: Any) -> Any:
+    """``like`` with its arrays replaced by the saved ones (paths and shapes checked)."""
+    pairs, td = tree.flatten_with_path(like)
+    want = {str(p): a for p, a in pairs}
+    missing = sorted(set(want) - set(saved))
+    extra = sorted(set(saved) - set(want))
+    if missing or extra:
+        raise ValueError(f"model paths differ: missing {missing}, unexpected {extra}")
+    bad = [k for k, a in want.items() if tuple(saved[k].shape) != tuple(a.shape)]
+    if bad:
+        raise ValueError(f"model shapes differ at {bad}")
+    return tree.unflatten(td, [xp.asarray(saved[str(p)]) for p, _ in pairs])
+
+
+def _maybe_compute(x: Any, lazy: bool) -> Any:
+    if not lazy:
+        return x
+    from .._compute import compute
+
+    return compute(x, keep_backend=True)
+
+
+def read_checkpoint(directory: Path) -> dict[str, Any]:
+    """The checkpoint of an earlier run as a dict (NumPy arrays); one-line errors."""
+    path = Path(directory) / CHECKPOINT
+    if not Path(directory).is_dir() or not path.is_file():
+        raise TrainError(NO_CHECKPOINT.format(path=directory, name=CHECKPOINT))
+    from .. import io
+
+    try:
+        ckpt = io.load(path)
+        for k in ("model", "opt_state", "epoch", "history", "config"):
+            ckpt[k]
+    except (FileFormatError, KeyError, TypeError, ValueError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise TrainError(BAD_CHECKPOINT.format(path=directory, why=why)) from None
+    return ckpt
+
+
+def train(
+    config: Config,
+    out: str | os.PathLike[str],
+    *,
+    resume: str | os.PathLike[str] | None = None,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    on_batch: Callable[[int, int, float], None] | None = None,
+) -> Result:
+    """Train the digits model of ``config``, writing a checkpoint and curves into ``out``.
+
+    With ``resume`` (a directory holding a checkpoint) the model, optimizer
+    state, epoch and history come from there and training continues to
+    ``config.epochs``. ``on_epoch(epoch, metrics)`` and ``on_batch(done,
+    total, loss)`` report progress.
+    """
+    from .. import io, optim
+
+    history: dict[str, list[float]] = {"loss": [], "train_acc": [], "test_acc": [], "seconds": []}
+    ckpt = None
+    if resume is not None:
+        ckpt = read_checkpoint(Path(resume))
+        saved = ckpt["config"]
+        if saved.get("model") != config.model:
+            raise TrainError(MODEL_MISMATCH.format(path=resume, saved=saved.get("model"), asked=config.model))
+    xp = namespace(config.backend)
+    x_tr, y_tr, x_te, y_te = load_digits(config.seed, images=config.model == "cnn")
+    if config.quick:  # a smoke run: a slice of the data
+        x_tr, y_tr, x_te, y_te = x_tr[:256], y_tr[:256], x_te[:128], y_te[:128]
+
+    key = er.key(config.seed)
+    key, k_init = er.split(key)
+    steps_per_epoch = -(-len(y_tr) // config.batch)
+    schedule = optim.schedules.step(config.lr, steps_per_epoch, config.lr_decay)
+    if config.optimizer == "sgd":
+        opt = optim.SGD(schedule, momentum=0.9)
+    else:
+        opt = optim.Adam(schedule)
+    if ckpt is None:
+        model = build_model(config.model, k_init, xp)
+        state = opt.init(model)
+        start_epoch = 0
+    else:
+        try:
+            model = _restore_model(ckpt["model"], build_model(config.model, k_init, xp), xp)
+            state = _to_backend(ckpt["opt_state"], xp)
+            opt.update(model, tree.map(lambda p: p * 0, model), state)  # checks paths/shapes
+        except (EmberError, ValueError, TypeError, KeyError) as e:
+            raise TrainError(BAD_CHECKPOINT.format(path=resume, why=" ".join(str(e).split()))) from None
+        start_epoch = int(ckpt["epoch"])
+        history = {k: [float(v) for v in ckpt["history"].get(k, [])] for k in history}
+        if start_epoch >= config.epochs:
+            raise TrainError(ALREADY_DONE.format(path=resume, epoch=start_epoch, epochs=config.epochs))
+
+    from ..backend import capabilities
+
+    lazy = bool(capabilities(xp._backend).lazy)
+    step = value_and_grad(lambda m, xb, yb: nn.cross_entropy(m(xb), yb), checkpointing=config.checkpointing)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    n = len(y_tr)
+    base_seconds = history["seconds"][-1] if history["seconds"] else 0.0
+    t0 = time.perf_counter()
+    for epoch in range(start_epoch, config.epochs):
+        order = np.asarray(er.permutation(er.fold_in(key, epoch), n))
+        total = 0.0
+        for i in range(0, n, config.batch):
+            idx = order[i:i + config.batch]
+            loss, grads = step(model, xp.asarray(x_tr[idx]), xp.asarray(y_tr[idx]))
+            model, state = opt.update(model, grads, state)
+            model, state = _maybe_compute((model, state), lazy)
+            lv = float(loss)
+            total += lv * len(idx)
+            if on_batch is not None:
+                on_batch(min(i + config.batch, n), n, lv)
+        history["loss"].append(total / n)
+        history["train_acc"].append(_accuracy(model, xp, x_tr, y_tr))
+        history["test_acc"].append(_accuracy(model, xp, x_te, y_te))
+        history["seconds"].append(base_seconds + time.perf_counter() - t0)
+        ckpt_path = out / CHECKPOINT
+        io.save(ckpt_path, {
+            "model": _model_arrays(model),
+            "opt_state": state,
+            "epoch": epoch + 1,
+            "history": history,
+            "config": dataclasses.asdict(config),
+        })
+        if on_epoch is not None:
+            on_epoch(epoch + 1, {k: v[-1] for k, v in history.items()})
+    seconds = time.perf_counter() - t0
+    curves = plot_curves(history, out / CURVES, title=f"ember train: {config.model} on digits ({config.backend})")
+    return Result(model, history["test_acc"][-1], seconds, config.epochs, history, out / CHECKPOINT, curves)
+
+
+def plot_curves(history: dict[str, list[float]], path: Path, title: str = "") -> Path:
+    """Write loss and accuracy per epoch as a PNG (matplotlib, Agg backend)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError(NO_MATPLOTLIB) from e
+    epochs = list(range(1, len(history["loss"]) + 1))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    a1.plot(epochs, history["loss"], marker="o")
+    a1.set_xlabel("epoch")
+    a1.set_ylabel("training loss")
+    a1.set_yscale("log")
+    a2.plot(epochs, history["train_acc"], marker="o", label="train")
+    a2.plot(epochs, history["test_acc"], marker="o", label="test")
+    a2.set_xlabel("epoch")
+    a2.set_ylabel("accuracy")
+    a2.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+# ------------------------------------------------------------------------ the command
+
+
+def run_train(
+    *,
+    backend: str = "numpy",
+    model: str | None = None,
+    epochs: int | None = None,
+    checkpointing: str = "none",
+    out: Path | None = None,
+    resume: Path | None = None,
+    seed: int = 0,
+    quick: bool = False,
+) -> Result:
+    """``ember train``: check the arguments, train with a rich progress bar, print the result."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=False, highlight=False)
+    if backend not in BACKENDS:
+        raise TrainError(UNKNOWN_BACKEND.format(name=backend, known=", ".join(BACKENDS)))
+    if model is not None and model not in MODELS:
+        raise TrainError(UNKNOWN_MODEL.format(name=model, known=", ".join(MODELS)))
+    namespace(backend)  # a missing backend fails here, before any output
+    saved: dict[str, Any] = {}
+    if resume is not None:
+        saved = read_checkpoint(resume)["config"]
+        model = model or saved.get("model")
+        quick = quick or bool(saved.get("quick"))
+        seed = int(saved.get("seed", seed)) if seed == 0 else seed
+    model = model or "cnn"
+    if epochs is None:
+        epochs = 2 if quick else Config.epochs
+    config = Config(model=model, backend=backend, epochs=epochs, seed=seed,
+                    checkpointing=checkpointing, quick=quick,
+                    **({k: saved[k] for k in ("optimizer", "lr", "lr_decay", "batch") if k in saved}))
+    if out is None:
+        out = resume if resume is not None else Path("ember-runs") / f"{model}-{backend}"
+    if out.exists() and not out.is_dir():
+        raise TrainError(f"--out {out}: exists and is not a directory; pass a directory path")
+
+    console.print(f"ember train: {model} on digits, backend {backend}, {epochs} epochs, "
+                  f"{config.optimizer} lr {config.lr} (x{config.lr_decay} per epoch)"
+                  + (f", resuming from {resume}" if resume is not None else "") + (" (quick)" if quick else ""))
+    progress = Progress(
+        TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    state: dict[str, Any] = {"task": None, "epoch": 0}
+
+    def on_batch(done: int, total: int, loss: float) -> None:
+        if state["task"] is None:
+            state["task"] = progress.add_task("train", total=total, epoch=state["epoch"] + 1,
+                                              epochs=epochs, loss=loss)
+        progress.update(state["task"], completed=done, loss=loss)
+
+    def on_epoch(epoch: int, m: dict[str, float]) -> None:
+        if state["task"] is not None:
+            progress.remove_task(state["task"])
+        state["task"], state["epoch"] = None, epoch
+        console.print(f"epoch {epoch:3d}/{epochs}  loss {m['loss']:.4f}  train acc {m['train_acc']:.4f}  "
+                      f"test acc {m['test_acc']:.4f}  ({m['seconds']:.1f}s)")
+
+    if resume is not None:
+        state["epoch"] = int(read_checkpoint(resume)["epoch"])
+    with progress:
+        res = train(config, out, resume=resume, on_epoch=on_epoch, on_batch=on_batch)
+    console.print(f"checkpoint: {res.checkpoint}")
+    console.print(f"curves:     {res.curves}")
+    console.print(f"test accuracy {res.test_accuracy:.4f} after {res.seconds:.1f}s of training")
+    return res
