@@ -576,10 +576,14 @@ class _Dispatcher:
                         b = raw_value(as_operand(other, f"__i{_OP_OF[fname]}__"))
                     else:
                         b = other
+                    old = self._value
                     try:
-                        self._value = iop(self._value, b)
+                        v = iop(old, b)
                     except Exception as e:
                         raise op_error(f"__i{_OP_OF[fname]}__", e, (self, other)) from e
+                    if v is not old:  # no true in-place (dask): keep shape and dtype as the spec says
+                        _check_inplace(f"__i{_OP_OF[fname]}__", old, v)
+                    self._value = v
                     return self
                 new = getattr(mod, fname)(self, other)
                 _check_inplace(f"__i{_OP_OF[fname]}__", self, new)

@@ -9,6 +9,8 @@ unstack, broadcast_arrays, diff) and the backend's own function otherwise.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ._tensor import Tensor, raw_value
 
 
@@ -21,11 +23,18 @@ def build(d) -> dict:
     def traced(*arrays):
         return any(a.__class__ is T and a._node is not None for a in arrays)
 
-    def fast_generic(name, impl):
-        """Generic wrapper with a fast path for untracked inputs."""
+    def fast_generic(name, impl, checked=False):
+        """Generic wrapper with a fast path for untracked inputs.
+
+        ``checked``: enforce the standard's signature (positional-only and
+        keyword-only markers), which lenient backends such as NumPy do not.
+        """
         strip, wrap_out = d.strip, d.wrap_out
+        npos, posonly = _arity(name) if checked else (1 << 30, frozenset())
 
         def f(*args, **kwargs):
+            if len(args) > npos or (kwargs and not posonly.isdisjoint(kwargs)):
+                raise TypeError(_signature_error(name, args, kwargs))
             for a in args:
                 c = a.__class__
                 if c is T:
@@ -53,13 +62,13 @@ def build(d) -> dict:
     for name in api.OTHER:
         raw = getattr(xp, name, None)
         if raw is not None:
-            out[name] = fast_generic(name, raw)
+            out[name] = fast_generic(name, raw, checked=True)
     for ext, names in (("linalg", api.LINALG), ("fft", api.FFT)):
         bext = getattr(xp, ext, None)
         for name in names:
             raw = getattr(bext, name, None) if bext is not None else None
             if raw is not None:
-                out[f"{ext}.{name}"] = fast_generic(f"{ext}.{name}", raw)
+                out[f"{ext}.{name}"] = fast_generic(f"{ext}.{name}", raw, checked=True)
 
     # ----- lists of arrays ---------------------------------------------
     def concat_impl(*arrays, axis=0):
@@ -130,9 +139,12 @@ def build(d) -> dict:
     out["_copy"] = lambda x: call("copy", copy_impl, (x,), {})
 
     # ----- compositions when traced -------------------------------------
+    # the standard's sequence type for several results: list up to 2024.12, tuple from 2025.12
+    seq = list if d.version < "2025.12" else tuple
+
     def meshgrid(*arrays, indexing="xy"):
         if not traced(*arrays):
-            return fast_generic("meshgrid", xp.meshgrid)(*arrays, indexing=indexing)
+            return seq(fast_generic("meshgrid", xp.meshgrid)(*arrays, indexing=indexing))
         n = len(arrays)
         sizes = [a.shape[0] for a in arrays]
         if indexing == "xy" and n >= 2:
@@ -145,7 +157,7 @@ def build(d) -> dict:
             shape = [1] * n
             shape[axis] = a.shape[0]
             res.append(mod.broadcast_to(mod.reshape(a, tuple(shape)), tuple(sizes)))
-        return tuple(res)
+        return seq(res)
 
     def unstack(x, /, *, axis=0):
         if not traced(x):
@@ -156,9 +168,9 @@ def build(d) -> dict:
 
     def broadcast_arrays(*arrays):
         if not traced(*arrays):
-            return fast_generic("broadcast_arrays", xp.broadcast_arrays)(*arrays)
+            return seq(fast_generic("broadcast_arrays", xp.broadcast_arrays)(*arrays))
         shape = xp.broadcast_shapes(*[a.shape for a in arrays])
-        return [mod.broadcast_to(a, shape) for a in arrays]
+        return seq(mod.broadcast_to(a, shape) for a in arrays)
 
     def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
         if not traced(x, *(a for a in (prepend, append) if a is not None)):
@@ -190,6 +202,19 @@ def build(d) -> dict:
     out.update(meshgrid=meshgrid, unstack=unstack, broadcast_arrays=broadcast_arrays,
                diff=diff, moveaxis=moveaxis)
 
+    # ----- finfo: Python scalars, as the standard asks (numpy gives numpy.float32) -------
+    finfo_raw = fast_generic("finfo", xp.finfo, checked=True) if hasattr(xp, "finfo") else None
+
+    def finfo(type, /):
+        r = finfo_raw(type)
+        if isinstance(r.eps, float) and isinstance(r.max, float):
+            return r
+        return FInfo(bits=int(r.bits), eps=float(r.eps), max=float(r.max), min=float(r.min),
+                     smallest_normal=float(r.smallest_normal), dtype=r.dtype)
+
+    if finfo_raw is not None:
+        out["finfo"] = finfo
+
     # ----- functional updates (used by __setitem__ and by VJPs) ----------
     def setitem_impl(x, value, key):
         y = xp.asarray(x, copy=True)
@@ -207,6 +232,118 @@ def build(d) -> dict:
 
     out["_setitem"], out["_index_add"] = _setitem, _index_add
     return out
+
+
+class FInfo(NamedTuple):
+    """``finfo`` result with Python ``int``/``float`` fields, as the standard specifies."""
+
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: object
+
+
+def backend_fixes(xp) -> dict:
+    """``{name: corrected function}`` for elementwise functions where backend ``xp`` deviates.
+
+    Why: the wrapper namespace should follow the standard even where the backend
+    does not. Each deviation is probed once, so a conforming backend pays nothing,
+    and a fix only touches the dtypes concerned.
+    """
+    import warnings
+
+    fixes: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            probe = xp.floor_divide(xp.asarray([float("inf"), 1.0]), xp.asarray([2.0, -float("inf")]))
+            bad_floordiv = not (float(probe[0]) == float("inf") and float(probe[1]) == 0.0)
+        except Exception:
+            bad_floordiv = False
+        try:
+            z = xp.asarray([complex(float("inf"), 0.0), complex(-float("inf"), float("inf"))])
+            e = xp.expm1(z)
+            bad_expm1 = not (float(xp.imag(e)[0]) == 0.0 and float(xp.real(e)[1]) == -1.0)
+        except Exception:
+            bad_expm1 = False
+        try:
+            bad_sign = bool(xp.signbit(xp.real(xp.sign(xp.asarray([complex(-0.0, -0.0)]))))[0])
+        except Exception:
+            bad_sign = False
+    if bad_floordiv:
+        raw_fd = xp.floor_divide
+
+        def floor_divide(x1, x2, /):
+            # spec: floor(x1 / x2); numpy's divmod-based result is nan/-1 with an infinite operand
+            r = raw_fd(x1, x2)
+            if not xp.isdtype(r.dtype, "real floating"):
+                return r
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                q = xp.floor(xp.divide(x1, x2))
+                return xp.where(xp.isinf(q) | (q == 0), q, r)
+
+        fixes["floor_divide"] = floor_divide
+    if bad_expm1:
+        raw_em1 = xp.expm1
+
+        def expm1(x, /):
+            # spec special cases of complex expm1 are those of exp(x) - 1 at non-finite x
+            r = raw_em1(x)
+            if not xp.isdtype(r.dtype, "complex floating"):
+                return r
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return xp.where(xp.isfinite(x), r, xp.exp(x) - 1)
+
+        fixes["expm1"] = expm1
+    if bad_sign:
+        raw_sign = xp.sign
+
+        def sign(x, /):
+            # spec: complex sign of +-0 +-0j is 0 + 0j (x / |x| gives -0 from -0)
+            r = raw_sign(x)
+            if not xp.isdtype(r.dtype, "complex floating"):
+                return r
+            return xp.where(x == 0, xp.zeros_like(r), r)
+
+        fixes["sign"] = sign
+    return fixes
+
+
+SIGNATURE_MISMATCH = (
+    "{op}{sig}: {what}; the array API standard fixes which arguments are positional-only "
+    "(before /) and keyword-only (after *). Fix: call it as {op}{sig}"
+)
+
+
+def _arity(qualname):
+    """(number of positional parameters, names of positional-only ones) of the standard's signature."""
+    from ._namespace import _reference_signature
+
+    sig = _reference_signature(qualname)
+    if sig is None:
+        return 1 << 30, frozenset()
+    ps = list(sig.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in ps):
+        n = 1 << 30
+    else:
+        n = sum(1 for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    return n, frozenset(p.name for p in ps if p.kind is p.POSITIONAL_ONLY)
+
+
+def _signature_error(qualname, args, kwargs) -> str:
+    from ._namespace import _reference_signature
+
+    sig = _reference_signature(qualname)
+    npos, posonly = _arity(qualname)
+    if len(args) > npos:
+        what = f"takes {npos} positional argument(s) but {len(args)} were given"
+    else:
+        what = f"positional-only argument(s) {sorted(posonly & kwargs.keys())} passed by keyword"
+    return SIGNATURE_MISMATCH.format(op=qualname, sig=sig, what=what)
 
 
 def _index_add_raw(d, x, g, key):
