@@ -35,6 +35,7 @@ from .func import (
 from .tree import field
 from . import nn, random, io, optim, distributed
 from ._compute import compute, persist
+from ._transfer import to_backend
 from .autodiff._ownership import HiddenCopyWarning, clone, config, consume, share
 
 __version__ = "0.1.0"
@@ -57,6 +58,7 @@ __all__ = [
     "checkpoint_name",
     "compute",
     "persist",
+    "to_backend",
     "consume",
     "share",
     "clone",
