@@ -133,7 +133,7 @@ class Tensor:
         if n is None or n != n:
             raise TypeError("iteration over a Tensor whose first dimension is unknown")
         for i in range(n):
-            yield self[i]
+            yield self[i, ...]
 
     def __array__(self, dtype=None, copy=None):
         v = raw_value(self)

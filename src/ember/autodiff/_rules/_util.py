@@ -1,17 +1,49 @@
-"""Helpers shared by rules: reduce a broadcast cotangent back to an input's shape."""
+"""Helpers shared by rules: reduce a broadcast cotangent back to an input's shape,
+and conjugate where an input is complex (PyTorch's convention, see ``elementwise``)."""
 
 from __future__ import annotations
+
+_COMPLEX: dict = {}  # namespace -> {dtype: is complex}; per namespace so dtypes of two
+#                       libraries are never compared (array_api_strict warns on that)
+
+
+def is_complex(ns, x) -> bool:
+    """Whether ``x`` (a Tensor or a Python scalar) is complex; two dict lookups per call."""
+    c = x.__class__
+    if c is float or c is int or c is bool:
+        return False
+    if c is complex:
+        return True
+    dt = x.dtype
+    table = _COMPLEX.get(ns)
+    if table is None:
+        table = _COMPLEX[ns] = {}
+    flag = table.get(dt)
+    if flag is None:
+        flag = table[dt] = bool(ns.isdtype(dt, "complex floating"))
+    return flag
+
+
+def cj(ns, d):
+    """``conj(d)`` if ``d`` is complex, else ``d`` itself (no array op for real dtypes)."""
+    if d.__class__ is complex:
+        return d.conjugate()
+    return ns.conj(d) if is_complex(ns, d) else d
 
 
 def fit(ns, g, x):
     """Sum ``g`` over the axes broadcasting added to ``x`` and cast to ``x``'s dtype.
 
     Python scalars never receive a gradient, so ``x`` is always an array here.
+    A complex ``g`` for a real ``x`` keeps its real part (the gradient of a
+    real input under PyTorch's convention).
     """
     shape = tuple(x.shape)
     gshape = tuple(g.shape)
     if gshape != shape:
         lead = len(gshape) - len(shape)
+        if lead < 0:  # x had leading 1s that the op dropped (e.g. a value written by setitem)
+            return fit(ns, ns.reshape(g, (1,) * -lead + gshape), x)
         axes = tuple(range(lead)) + tuple(
             lead + i for i, s in enumerate(shape) if s == 1 and gshape[lead + i] != 1
         )
@@ -19,7 +51,7 @@ def fit(ns, g, x):
             g = ns.sum(g, axis=axes, keepdims=True)
         g = ns.reshape(g, shape)
     if g.dtype != x.dtype:
-        if ns.isdtype(g.dtype, "complex floating") and not ns.isdtype(x.dtype, "complex floating"):
+        if is_complex(ns, g) and not is_complex(ns, x):
             g = ns.real(g)
         g = ns.astype(g, x.dtype)
     return g

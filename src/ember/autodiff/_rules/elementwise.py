@@ -1,75 +1,120 @@
 """VJPs of elementwise functions (all memory-bound).
 
+Complex numbers follow PyTorch's convention: the gradient of a real loss
+``L`` with respect to ``z = a + ib`` is ``dL/da + i dL/db`` (twice the
+conjugate Wirtinger derivative), so gradient descent works unchanged on
+complex parameters. For a holomorphic ``f`` the VJP is ``g * conj(f'(z))``;
+``real``/``imag``/``abs``/``conj`` follow from the definition (e.g.
+``grad |z|^2 = 2z``, ``grad imag(z) = 1j``). The conjugation is decided once
+per call from the dtype in Python (``_util.cj``), so real dtypes pay no
+extra array op. A complex cotangent reaching a real input keeps its real part.
+
 Subgradients at non-differentiable points, chosen to match PyTorch and JAX:
 
 ============  =============================================================
-abs(x)        sign(x): 0 at x == 0
+abs(x)        sign(x): 0 at x == 0 (both +0.0 and -0.0)
 maximum/min   ties split the gradient equally between both inputs
 pow(x, y)     d/dx is 0 where y == 0; d/dy is 0 where x == 0
 hypot         0 where both inputs are 0
 copysign      d/dx1 = +-1 as the signs agree; d/dx2 = 0
 remainder     d/dx1 = 1, d/dx2 = -floor(x1 / x2)
+clip          the gradient goes to x where lo <= x <= hi (bounds included),
+              to a bound only where x is strictly beyond it
+where         the cotangent goes to the selected branch only
 ============  =============================================================
 
 ceil, floor, round, trunc, sign, floor_divide, nextafter, comparisons and
 bitwise/logical functions have no rule: their results are constants, so a
-gradient through them is zero.
+gradient through them is zero (``sign`` included, also for complex inputs).
 """
 
 from __future__ import annotations
 
+import cmath
 import math
 
 from ._base import defvjp
-from ._util import fit
+from ._util import cj, fit
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 
+
+def _holo(deriv):
+    """Per-argument VJP ``g * conj(deriv(ns, ans, x))`` of a holomorphic unary function."""
+
+    def vjp(ns, g, ans, x):
+        return g * cj(ns, deriv(ns, ans, x))
+
+    return vjp
+
+
 # ----- unary -------------------------------------------------------------
-defvjp("abs", lambda ns, g, ans, x: g * ns.sign(x))
-defvjp("acos", lambda ns, g, ans, x: -g / ns.sqrt(1 - x * x))
-defvjp("acosh", lambda ns, g, ans, x: g / ns.sqrt(x * x - 1))
-defvjp("asin", lambda ns, g, ans, x: g / ns.sqrt(1 - x * x))
-defvjp("asinh", lambda ns, g, ans, x: g / ns.sqrt(x * x + 1))
-defvjp("atan", lambda ns, g, ans, x: g / (1 + x * x))
-defvjp("atanh", lambda ns, g, ans, x: g / (1 - x * x))
-defvjp("cos", lambda ns, g, ans, x: -g * ns.sin(x))
-defvjp("cosh", lambda ns, g, ans, x: g * ns.sinh(x))
-defvjp("exp", lambda ns, g, ans, x: g * ans)
-defvjp("expm1", lambda ns, g, ans, x: g * (ans + 1))
-defvjp("log", lambda ns, g, ans, x: g / x)
-defvjp("log1p", lambda ns, g, ans, x: g / (x + 1))
-defvjp("log2", lambda ns, g, ans, x: g / (x * _LN2))
-defvjp("log10", lambda ns, g, ans, x: g / (x * _LN10))
+_UNARY = {
+    "acos": lambda ns, ans, x: -1 / ns.sqrt(1 - x * x),
+    "acosh": lambda ns, ans, x: 1 / ns.sqrt(x * x - 1),
+    "asin": lambda ns, ans, x: 1 / ns.sqrt(1 - x * x),
+    "asinh": lambda ns, ans, x: 1 / ns.sqrt(x * x + 1),
+    "atan": lambda ns, ans, x: 1 / (1 + x * x),
+    "atanh": lambda ns, ans, x: 1 / (1 - x * x),
+    "cos": lambda ns, ans, x: -ns.sin(x),
+    "cosh": lambda ns, ans, x: ns.sinh(x),
+    "exp": lambda ns, ans, x: ans,
+    "expm1": lambda ns, ans, x: ans + 1,
+    "log": lambda ns, ans, x: 1 / x,
+    "log1p": lambda ns, ans, x: 1 / (x + 1),
+    "log2": lambda ns, ans, x: 1 / (x * _LN2),
+    "log10": lambda ns, ans, x: 1 / (x * _LN10),
+    "sin": lambda ns, ans, x: ns.cos(x),
+    "sinh": lambda ns, ans, x: ns.cosh(x),
+    "sqrt": lambda ns, ans, x: 0.5 / ans,
+    "square": lambda ns, ans, x: 2 * x,
+    "tan": lambda ns, ans, x: 1 + ans * ans,
+    "tanh": lambda ns, ans, x: 1 - ans * ans,
+    "reciprocal": lambda ns, ans, x: -(ans * ans),
+}
+for _name, _deriv in _UNARY.items():
+    defvjp(_name, _holo(_deriv))
+
+defvjp("abs", lambda ns, g, ans, x: g * ns.sign(x))  # complex: g * z / |z|
 defvjp("negative", lambda ns, g, ans, x: -g)
 defvjp("positive", lambda ns, g, ans, x: g)
-defvjp("sin", lambda ns, g, ans, x: g * ns.cos(x))
-defvjp("sinh", lambda ns, g, ans, x: g * ns.cosh(x))
-defvjp("sqrt", lambda ns, g, ans, x: g / (2 * ans))
-defvjp("square", lambda ns, g, ans, x: g * (2 * x))
-defvjp("tan", lambda ns, g, ans, x: g * (1 + ans * ans))
-defvjp("tanh", lambda ns, g, ans, x: g * (1 - ans * ans))
-defvjp("reciprocal", lambda ns, g, ans, x: -g * (ans * ans))
-defvjp("real", lambda ns, g, ans, x: fit(ns, g, x) if not ns.isdtype(x.dtype, "complex floating") else ns.astype(g, x.dtype))
 defvjp("conj", lambda ns, g, ans, x: ns.conj(g))
+defvjp("real", lambda ns, g, ans, x: fit(ns, g, x))
 defvjp("imag", lambda ns, g, ans, x: (
-    ns.zeros_like(x) if not ns.isdtype(x.dtype, "complex floating") else -1j * ns.astype(g, x.dtype)
+    ns.astype(g, x.dtype) * 1j if ns.isdtype(x.dtype, "complex floating") else ns.zeros_like(x)
 ))
 
 
 # ----- binary ------------------------------------------------------------
-def _ties(ns, x1, x2, g, first):
-    win = (x1 > x2) if first else (x2 > x1)
-    return ns.where(win, g, ns.where(x1 == x2, g * 0.5, 0 * g))
+def _ties(ns, mine, other, g, larger):
+    """Cotangent of ``mine`` in maximum (larger=True) / minimum: ties split in half."""
+    win = (mine > other) if larger else (mine < other)
+    return ns.where(win, g, ns.where(mine == other, g * 0.5, 0 * g))
 
 
 def _pow_dx(ns, g, ans, x, y):
-    return fit(ns, g * ns.where(y == 0, 0 * ans, y * ns.pow(x, y - 1)), x)
+    if isinstance(y, (bool, int, float, complex)):
+        if y == 0:
+            return ns.zeros_like(x)
+        d = y * ns.pow(x, y - 1)
+    else:
+        d = ns.where(y == 0, 0 * ans, y * ns.pow(x, y - 1))
+    return fit(ns, g * cj(ns, d), x)
+
+
+def _scalar_log(x):
+    if isinstance(x, complex) or x < 0:
+        return cmath.log(x) if isinstance(x, complex) else math.nan
+    return math.log(x)
 
 
 def _pow_dy(ns, g, ans, x, y):
-    return fit(ns, g * ns.where(x == 0, 0 * ans, ans * ns.log(ns.where(x == 0, 1, x))), y)
+    if isinstance(x, (bool, int, float, complex)):
+        d = ans * _scalar_log(x) if x != 0 else 0 * ans
+    else:
+        d = ns.where(x == 0, 0 * ans, ans * ns.log(ns.where(x == 0, 1, x)))
+    return fit(ns, g * cj(ns, d), y)
 
 
 def _hypot(ns, g, ans, xi):
@@ -79,8 +124,16 @@ def _hypot(ns, g, ans, xi):
 
 defvjp("add", lambda ns, g, ans, x, y: fit(ns, g, x), lambda ns, g, ans, x, y: fit(ns, g, y))
 defvjp("subtract", lambda ns, g, ans, x, y: fit(ns, g, x), lambda ns, g, ans, x, y: fit(ns, -g, y))
-defvjp("multiply", lambda ns, g, ans, x, y: fit(ns, g * y, x), lambda ns, g, ans, x, y: fit(ns, g * x, y))
-defvjp("divide", lambda ns, g, ans, x, y: fit(ns, g / y, x), lambda ns, g, ans, x, y: fit(ns, -g * ans / y, y))
+defvjp(
+    "multiply",
+    lambda ns, g, ans, x, y: fit(ns, g * cj(ns, y), x),
+    lambda ns, g, ans, x, y: fit(ns, g * cj(ns, x), y),
+)
+defvjp(
+    "divide",
+    lambda ns, g, ans, x, y: fit(ns, g / cj(ns, y), x),
+    lambda ns, g, ans, x, y: fit(ns, -g * cj(ns, ans / y), y),
+)
 defvjp("pow", _pow_dx, _pow_dy)
 defvjp(
     "atan2",
@@ -100,12 +153,12 @@ defvjp(
 defvjp(
     "maximum",
     lambda ns, g, ans, x1, x2: fit(ns, _ties(ns, x1, x2, g, True), x1),
-    lambda ns, g, ans, x1, x2: fit(ns, _ties(ns, x1, x2, g, False), x2),
+    lambda ns, g, ans, x1, x2: fit(ns, _ties(ns, x2, x1, g, True), x2),
 )
 defvjp(
     "minimum",
-    lambda ns, g, ans, x1, x2: fit(ns, _ties(ns, x2, x1, g, False), x1),
-    lambda ns, g, ans, x1, x2: fit(ns, _ties(ns, x2, x1, g, True), x2),
+    lambda ns, g, ans, x1, x2: fit(ns, _ties(ns, x1, x2, g, False), x1),
+    lambda ns, g, ans, x1, x2: fit(ns, _ties(ns, x2, x1, g, False), x2),
 )
 defvjp(
     "copysign",

@@ -14,7 +14,16 @@ from ._base import defvjp
 from ._util import fit
 
 
+def _device(a):
+    """The device of backend array ``a`` (dask arrays have no ``.device`` attribute)."""
+    import array_api_compat
+
+    return array_api_compat.device(a)
+
+
 def _is_int_array(k):
+    if isinstance(k, list):  # NumPy-style list index: integer-array indexing
+        return not all(isinstance(v, bool) for v in k)
     dt = getattr(k, "dtype", None)
     if dt is None or not hasattr(k, "shape"):
         return False
@@ -30,6 +39,10 @@ def _getitem(ns, g, ans, x, *, key):
     z = ns.zeros_like(x)
     if _advanced(key):
         return ns._index_add(z, g, key=key)
+    if key is None or (isinstance(key, tuple) and any(k is None for k in key)):
+        # new axes (None) cannot be written to: drop them from key and cotangent
+        key = tuple(k for k in key if k is not None) if isinstance(key, tuple) else ()
+        g = ns.reshape(g, tuple(x.raw[key].shape))
     return ns._setitem(z, g, key=key)
 
 
@@ -43,21 +56,31 @@ def _setitem_v(ns, g, ans, x, value, *, key):
 
 def _take(ns, g, ans, x, indices, *, axis=None):
     ax = 0 if axis is None else axis % x.ndim
-    key = (slice(None),) * ax + (indices.raw,)
-    return ns._index_add(ns.zeros_like(x), g, key=key)
+    b = ns._backend
+    idx = indices.raw
+    out = tuple(g.shape)  # x.shape with axis ax replaced by len(indices)
+    key = []  # all-integer key (the portable form of integer-array indexing)
+    for d in range(x.ndim):
+        pos = idx if d == ax else b.astype(b.arange(out[d], device=_device(idx)), idx.dtype)
+        key.append(b.reshape(pos, tuple(out[d] if i == d else 1 for i in range(x.ndim))))
+    return ns._index_add(ns.zeros_like(x), g, key=tuple(key))
 
 
 def _take_along(ns, g, ans, x, indices, *, axis=-1):
     ax = axis % x.ndim
     b = ns._backend
     idx = indices.raw
-    key = tuple(
-        idx if d == ax else b.reshape(
-            b.arange(idx.shape[d]), tuple(idx.shape[d] if i == d else 1 for i in range(x.ndim))
-        )
-        for d in range(x.ndim)
-    )
-    return ns._index_add(ns.zeros_like(x), g, key=key)
+    out = tuple(g.shape)  # x and indices broadcast in all axes but ``axis``
+    idx = b.broadcast_to(idx, out)
+    key = []
+    for d in range(x.ndim):
+        if d == ax:
+            key.append(idx)
+            continue
+        dev = _device(idx)
+        pos = b.arange(out[d], device=dev) if x.shape[d] == out[d] else b.zeros(out[d], dtype=idx.dtype, device=dev)
+        key.append(b.reshape(b.astype(pos, idx.dtype), tuple(out[d] if i == d else 1 for i in range(x.ndim))))
+    return ns._index_add(ns.zeros_like(x), g, key=tuple(key))
 
 
 defvjp("getitem", _getitem)

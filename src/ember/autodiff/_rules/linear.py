@@ -1,14 +1,21 @@
-"""VJPs of the main namespace's linear algebra (compute-bound)."""
+"""VJPs of the main namespace's linear algebra (compute-bound).
+
+Complex inputs follow PyTorch's convention (see :mod:`.elementwise`): the
+cotangent of ``a`` in ``a @ b`` is ``g @ b^H``. ``vecdot`` conjugates its
+first argument (as the standard says), so its first cotangent is
+``conj(g) * x2``.
+"""
 
 from __future__ import annotations
 
 from ._base import COMPUTE, defvjp
-from ._util import fit
+from ._util import cj, fit
 
 
 def _matmul_a(ns, g, ans, a, b):
+    b = cj(ns, b)
     if a.ndim == 1 and b.ndim == 1:
-        return g * ns.conj(b) if ns.isdtype(b.dtype, "complex floating") else g * b
+        return g * b
     if a.ndim == 1:
         return fit(ns, ns.matmul(b, g[..., None])[..., 0], a)
     if b.ndim == 1:
@@ -17,6 +24,7 @@ def _matmul_a(ns, g, ans, a, b):
 
 
 def _matmul_b(ns, g, ans, a, b):
+    a = cj(ns, a)
     if a.ndim == 1 and b.ndim == 1:
         return g * a
     if a.ndim == 1:
@@ -34,6 +42,7 @@ def _tensordot_axes(a, b, axes):
 
 
 def _tensordot_grad(ns, g, x, other, ax_x, ax_o, x_first):
+    other = cj(ns, other)
     free_x = [i for i in range(x.ndim) if i not in ax_x]
     free_o = [i for i in range(other.ndim) if i not in ax_o]
     nfx, nfo = len(free_x), len(free_o)
@@ -48,7 +57,7 @@ def _tensordot_grad(ns, g, x, other, ax_x, ax_o, x_first):
     contracted_sorted = sorted(ax_o)
     src_of = free_x + [ax_x[ax_o.index(c)] for c in contracted_sorted]
     perm = [src_of.index(i) for i in range(x.ndim)]
-    return ns.permute_dims(res, tuple(perm))
+    return fit(ns, ns.permute_dims(res, tuple(perm)), x)
 
 
 def _tensordot_a(ns, g, ans, a, b, *, axes=2):
@@ -62,8 +71,7 @@ def _tensordot_b(ns, g, ans, a, b, *, axes=2):
 
 
 def _vecdot_1(ns, g, ans, x1, x2, *, axis=-1):
-    other = ns.conj(x2) if ns.isdtype(x2.dtype, "complex floating") else x2
-    return fit(ns, ns.expand_dims(g, axis=axis) * other, x1)
+    return fit(ns, ns.expand_dims(cj(ns, g), axis=axis) * x2, x1)
 
 
 def _vecdot_2(ns, g, ans, x1, x2, *, axis=-1):

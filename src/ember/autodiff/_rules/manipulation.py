@@ -39,8 +39,9 @@ def _repeat(ns, g, ans, x, repeats, *, axis=None):
         shape = x_shape[:ax] + (x_shape[ax], repeats) + x_shape[ax + 1:]
         res = ns.sum(ns.reshape(g, shape), axis=ax + 1)
     else:
-        zero = ns.zeros_like(g[(slice(None),) * ax + (slice(0, 1),)])
-        cs = ns.concat([zero, ns.cumulative_sum(g, axis=ax)], axis=ax)
+        if repeats.shape[0] != x_shape[ax]:  # one count for every element
+            repeats = ns.broadcast_to(repeats, (x_shape[ax],))
+        cs = ns.cumulative_sum(g, axis=ax, include_initial=True)
         ends = ns.cumulative_sum(ns.astype(repeats, ns.int64 if hasattr(ns, "int64") else repeats.dtype))
         starts = ends - repeats
         res = ns.take(cs, ends, axis=ax) - ns.take(cs, starts, axis=ax)
@@ -61,11 +62,11 @@ def _split(ns, g, ans, args, params, parents, *, stacked):
     out, off = [], 0
     for x, p in zip(args, parents):
         if stacked:
-            out.append(None if p is None else g[pre + (off,)])
+            out.append(None if p is None else g[pre + (off, ...)])
             off += 1
         else:
             n = x.shape[ax]
-            out.append(None if p is None else g[pre + (slice(off, off + n),)])
+            out.append(None if p is None else g[pre + (slice(off, off + n), ...)])
             off += n
     return out
 

@@ -4,7 +4,11 @@
 split equally among them (as JAX and PyTorch's ``amax`` do).
 ``prod``: exact at zeros (products of the *other* elements, from exclusive
 scans), not ``ans / x``.
-``cumulative_prod``: uses ``ans / x`` and so is not defined where x == 0.
+``cumulative_prod``: exact at zeros too: ``ans / x`` before the first zero
+of each slice, the product of the others at the first zero, 0 after it.
+``std`` at zero spread and ``var``/``std`` with ``correction`` equal to the
+count give inf/nan gradients, as their values do. Complex inputs follow the
+convention of :mod:`.elementwise` (``g * conj(d ans / d x)``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import math
 
 from ._base import defvjp
-from ._util import expand_reduced, norm_axes
+from ._util import cj, expand_reduced, norm_axes
 
 
 def _count(x, axis):
@@ -45,14 +49,14 @@ def _var_core(ns, x, axis, correction):
 def _var(ns, g, ans, x, *, axis=None, correction=0.0, keepdims=False):
     g = expand_reduced(ns, g, x, axis, keepdims)
     dev, n = _var_core(ns, x, axis, correction)
-    return g * (2.0 / n) * dev
+    return g * dev * 2.0 / float(n)
 
 
 def _std(ns, g, ans, x, *, axis=None, correction=0.0, keepdims=False):
     g = expand_reduced(ns, g, x, axis, keepdims)
     a = expand_reduced(ns, ans, x, axis, keepdims)
     dev, n = _var_core(ns, x, axis, correction)
-    return g * dev / (n * a)
+    return g * dev / (float(n) * a)
 
 
 def _prod(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
@@ -68,7 +72,7 @@ def _prod(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
     right = ns.flip(
         ns.cumulative_prod(ns.flip(xr, axis=-1), axis=-1, include_initial=True)[..., :-1], axis=-1
     )
-    others = left * right
+    others = cj(ns, left * right)
     gk = ns.reshape(g, kshape + (1,))
     gr = ns.reshape(gk * others, tuple(x.shape[i] for i in perm))
     inv = [0] * len(perm)
@@ -89,7 +93,7 @@ def _scan_axis(x, axis):
 def _cumsum(ns, g, ans, x, *, axis=None, dtype=None, include_initial=False):
     ax = _scan_axis(x, axis)
     if include_initial:
-        g = g[(slice(None),) * ax + (slice(1, None),)]
+        g = g[(slice(None),) * ax + (slice(1, None), ...)]
     res = _rev_cumsum(ns, g, ax)
     return ns.astype(res, x.dtype) if res.dtype != x.dtype else res
 
@@ -97,9 +101,19 @@ def _cumsum(ns, g, ans, x, *, axis=None, dtype=None, include_initial=False):
 def _cumprod(ns, g, ans, x, *, axis=None, dtype=None, include_initial=False):
     ax = _scan_axis(x, axis)
     if include_initial:
-        sl = (slice(None),) * ax + (slice(1, None),)
+        sl = (slice(None),) * ax + (slice(1, None), ...)
         g, ans = g[sl], ans[sl]
-    res = _rev_cumsum(ns, g * ans, ax) / x
+    is_zero = x == 0
+    zeros_so_far = ns.cumulative_sum(ns.astype(is_zero, ns.int32), axis=ax)
+    before = zeros_so_far == 0  # strictly before the slice's first zero
+    first = is_zero & (zeros_so_far == 1)
+    safe_x = ns.where(is_zero, ns.ones_like(x), x)
+    # before the first zero: sum_{j>=i} g_j ans_j / x_i
+    res = _rev_cumsum(ns, g * cj(ns, ans), ax) / cj(ns, safe_x)
+    # at the first zero z: sum_{j>=z} g_j prod_{m<=j, m!=z} x_m (x_z replaced by 1)
+    ans_z = ns.cumulative_prod(ns.where(first, ns.ones_like(x), x), axis=ax)
+    at_zero = _rev_cumsum(ns, g * cj(ns, ans_z), ax)
+    res = ns.where(before, res, ns.where(first, at_zero, 0 * res))
     return ns.astype(res, x.dtype) if res.dtype != x.dtype else res
 
 
