@@ -165,7 +165,11 @@ def test_function_promotion(xp, qual):
         f = None
     if f is None:
         pytest.skip(f"backend deviation: {xp._backend_name} has no {qual}")
-    _report(xp, qual, _check_pairs(xp, qual, f, _get(xp._backend, qual)))
+    try:
+        backend_f = _get(xp._backend, qual)
+    except AttributeError:  # ember fills in a function the backend lacks: only the spec applies
+        backend_f = None
+    _report(xp, qual, _check_pairs(xp, qual, f, backend_f))
 
 
 @pytest.mark.parametrize("qual", sorted(set(BINARY) - _NOT_ELEMENTWISE))

@@ -176,11 +176,11 @@ def _check(xp, name, cases, dtype_name, mk):
     got = f(*cols)
     raw = getattr(xp._backend, name)(*(c.raw for c in cols))
     g, r = to_numpy(got), to_numpy(raw)
-    assert same_values(g, r), f"{name}: ember {g} but the backend gives {r} for {cases}"
     rtol = 1e-6 if dtype_name in ("float32", "complex64") else 1e-12
     bad = [(c[0], c[1], g[i].item()) for i, c in enumerate(cases) if not any(_close(g[i].item(), w, rtol)
                                                                               for w in c[1])]
-    if bad:
+    if bad:  # ember may correct a backend (floor_divide at inf); it may only deviate as the backend does
+        assert same_values(g, r), f"{name}: ember {g} follows neither the spec nor the backend ({r}) for {cases}"
         reason = BACKEND_DEVIATIONS.get((xp._backend_name, name))
         assert reason, f"{name} ({dtype_name}): (inputs, spec, got) {bad}"
         pytest.xfail(f"backend deviation: {reason}: {bad}")

@@ -1,7 +1,9 @@
 """Names of the array API standard (2024.12 and 2025.12), grouped by kind.
 
-The namespace factory walks these tables; a name the backend lacks is left
-out of the wrapper (so ``hasattr(xp, name)`` tells the truth).
+The namespace factory walks these tables. A name the backend lacks is filled
+in with a portable composition of wrapper ops where ember has one
+(``_wrappers.fallbacks``: e.g. ``take_along_axis`` on Dask), and is left out
+of the wrapper otherwise, so ``hasattr(xp, name)`` tells the truth.
 """
 
 UNARY = (

@@ -71,6 +71,8 @@ def op_error(op: str, exc: Exception, args) -> Exception:
         return ShapeError(UNKNOWN_SIZES.format(op=op, shapes=shapes, msg=exc))
     dtypes = ", ".join(str(a.dtype) for a in arrays)
     msg = str(exc)
+    if isinstance(exc, IndexError):  # e.g. numpy's AxisError (ValueError and IndexError): keep both
+        return exc
     if isinstance(exc, ValueError) and any(
         w in msg.lower() for w in ("broadcast", "shape", "dimension", "mismatch", "size", "axis")
     ):
@@ -177,6 +179,10 @@ class _Dispatcher:
         self.make = make
         mod._wrap = wrap
         self._claims = []  # consume() markers met by normalize in the current call
+        from . import _wrappers
+
+        self.version = _api_version(bxp)
+        self.fixes = _wrappers.backend_fixes(bxp)  # corrected elementwise functions
         self._build_functions()
         self._build_tensor_methods()
         self._build_constants()
@@ -467,18 +473,22 @@ class _Dispatcher:
         from . import _wrappers
 
         mod, xp = self.module, self.xp
+        fixes = self.fixes
         for name in api.UNARY:
-            raw = getattr(xp, name, None)
+            raw = fixes.get(name) or getattr(xp, name, None)
             if raw is not None:
                 setattr(mod, name, self._finish(self._unary(name, raw), name, raw))
         for name in api.BINARY:
-            raw = getattr(xp, name, None)
+            raw = fixes.get(name) or getattr(xp, name, None)
             if raw is not None:
                 setattr(mod, name, self._finish(self._binary(name, raw), name, raw))
         special = _wrappers.build(self)
+        missing = _wrappers.fallbacks(self)  # portable versions of functions a backend lacks
         for name in api.OTHER:
             raw = getattr(xp, name, None)
             if raw is None:
+                if name in missing:
+                    setattr(mod, name, self._finish(missing[name], name, missing[name]))
                 continue
             f = special.get(name) or self.op(name, raw)
             setattr(mod, name, self._finish(f, name, raw))
@@ -490,9 +500,11 @@ class _Dispatcher:
             sub.__doc__ = f"The array API {ext!r} extension, differentiable."
             for name in names:
                 raw = getattr(bext, name, None)
-                if raw is None:
-                    continue
                 qual = f"{ext}.{name}"
+                if raw is None:
+                    if qual in missing:
+                        setattr(sub, name, self._finish(missing[qual], name, missing[qual], qual))
+                    continue
                 f = special.get(qual) or self.op(qual, raw)
                 setattr(sub, name, self._finish(f, name, raw, qual))
             setattr(mod, ext, sub)
@@ -505,9 +517,16 @@ class _Dispatcher:
         for name in api.CONSTANTS + tuple(api.DTYPES):
             if hasattr(xp, name):
                 setattr(mod, name, getattr(xp, name))
-        mod.__array_api_version__ = getattr(xp, "__array_api_version__", "2024.12")
+        mod.__array_api_version__ = self.version
         info = getattr(xp, "__array_namespace_info__", None)
         if info is not None:
+            if self.version < "2025.12" and isinstance(info().devices(), tuple):
+                raw_info = info
+
+                def info():  # devices() is a list up to 2024.12, a tuple from 2025.12
+                    return _Info(raw_info())
+
+                info.__doc__ = raw_info.__doc__
             mod.__array_namespace_info__ = info
 
         def to_device(x, device, stream):
@@ -525,7 +544,7 @@ class _Dispatcher:
         xp = self.xp
 
         def binop(fname, reflected):
-            raw = getattr(xp, fname)
+            raw = self.fixes.get(fname) or getattr(xp, fname)
 
             if reflected:
                 def m(self, other, /):
@@ -559,6 +578,16 @@ class _Dispatcher:
 
         def inplace(fname):
             iop = getattr(operator, f"__i{_OP_OF[fname]}__")
+            fix = self.fixes.get(fname)
+            if fix is not None:  # the corrected function, written back into the target
+                def iop(a, b, fix=fix):
+                    v = fix(a, b)
+                    _check_inplace(f"__i{_OP_OF[fname]}__", a, v)
+                    try:
+                        a[...] = v
+                    except Exception:  # no item assignment (dask): rebind
+                        return v
+                    return a
 
             def m(self, other, /):
                 c = other.__class__
@@ -642,6 +671,31 @@ class _Dispatcher:
 
 
 _OP_OF = {v: k for k, v in api.BINARY_OPERATORS.items()}
+
+
+def _api_version(bxp) -> str:
+    """The standard version the namespace follows: $EMBER_ARRAY_API_VERSION, else the backend's.
+
+    Only the few results whose type changed between versions depend on it
+    (list vs tuple from meshgrid, broadcast_arrays and devices()).
+    """
+    import os
+
+    v = os.environ.get("EMBER_ARRAY_API_VERSION") or getattr(bxp, "__array_api_version__", None)
+    return v or "2024.12"
+
+
+class _Info:
+    """A backend's ``__array_namespace_info__()`` with ``devices()`` as a list (standard <= 2024.12)."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    def __getattr__(self, name):
+        return getattr(self._raw, name)
+
+    def devices(self):
+        return list(self._raw.devices())
 
 
 def _check_inplace(op, old, new):

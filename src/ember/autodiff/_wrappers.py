@@ -9,8 +9,6 @@ unstack, broadcast_arrays, diff) and the backend's own function otherwise.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from ._tensor import Tensor, raw_value
 
 
@@ -234,15 +232,98 @@ def build(d) -> dict:
     return out
 
 
-class FInfo(NamedTuple):
+def fallbacks(d) -> dict:
+    """Portable versions of standard functions, used only where the backend lacks them (dask).
+
+    Written with the wrapper namespace itself, so they are differentiable.
+    """
+    mod = d.module
+
+    def broadcast_shapes(*shapes):
+        ndim = max((len(s) for s in shapes), default=0)
+        out = []
+        for i in range(-ndim, 0):
+            size = 1
+            for s in shapes:
+                n = s[i] if -i <= len(s) else 1
+                if n is None or size is None:
+                    size = None if n != 1 and size != 1 else (size if n == 1 else n)
+                elif n != 1:
+                    if size != 1 and size != n:
+                        raise ValueError(
+                            f"broadcast_shapes: shapes {shapes} do not broadcast (axis {i}: "
+                            f"{size} vs {n}). Fix: make each trailing dimension equal or 1")
+                    size = n
+            out.append(size)
+        return tuple(out)
+
+    def cross(x1, x2, /, *, axis=-1):
+        if x1.shape[axis] != 3 or x2.shape[axis] != 3:
+            raise ValueError(
+                f"linalg.cross: axis {axis} must have size 3 in both inputs, got shapes "
+                f"{x1.shape} and {x2.shape}")
+        a = mod.moveaxis(x1, axis, -1)
+        b = mod.moveaxis(x2, axis, -1)
+        a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+        b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+        c = mod.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+        return mod.moveaxis(c, -1, axis)
+
+    def matrix_power(x, n, /):
+        if n == 0:
+            return mod.zeros_like(x) + mod.eye(x.shape[-1], dtype=x.dtype)
+        base = mod.linalg.inv(x) if n < 0 else x
+        n = abs(n)
+        res = None
+        while n:  # binary exponentiation: O(log n) matmuls
+            if n & 1:
+                res = base if res is None else mod.matmul(res, base)
+            n >>= 1
+            if n:
+                base = mod.matmul(base, base)
+        return res
+
+    def take_along_axis(x, indices, /, *, axis=-1):
+        nd = x.ndim
+        ax = axis % nd
+        size = x.shape[ax]
+        idx = mod.where(indices < 0, indices + size, indices)
+        xs = x.shape[:ax] + (1,) + x.shape[ax + 1:]
+        out_shape = broadcast_shapes(xs, idx.shape)
+        out_shape = out_shape[:ax] + (idx.shape[ax],) + out_shape[ax + 1:]
+        stride = 1
+        lin = None
+        for dim in range(nd - 1, -1, -1):  # linear index into x flattened in C order
+            if dim == ax:
+                term = idx * stride
+            elif x.shape[dim] == 1:
+                term = None
+            else:
+                shp = [1] * nd
+                shp[dim] = out_shape[dim]
+                term = mod.reshape(mod.arange(out_shape[dim], dtype=idx.dtype), tuple(shp)) * stride
+            if term is not None:
+                lin = term if lin is None else lin + term
+            stride *= x.shape[dim]
+        lin = mod.broadcast_to(lin, out_shape)
+        flat = mod.take(mod.reshape(x, (-1,)), mod.reshape(lin, (-1,)), axis=0)
+        return mod.reshape(flat, out_shape)
+
+    return {"broadcast_shapes": broadcast_shapes, "linalg.cross": cross,
+            "linalg.matrix_power": matrix_power, "take_along_axis": take_along_axis}
+
+
+class FInfo:
     """``finfo`` result with Python ``int``/``float`` fields, as the standard specifies."""
 
-    bits: int
-    eps: float
-    max: float
-    min: float
-    smallest_normal: float
-    dtype: object
+    __slots__ = ("bits", "eps", "max", "min", "smallest_normal", "dtype")
+
+    def __init__(self, *, bits, eps, max, min, smallest_normal, dtype):
+        self.bits, self.eps, self.max, self.min = bits, eps, max, min
+        self.smallest_normal, self.dtype = smallest_normal, dtype
+
+    def __repr__(self):
+        return "finfo(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
 
 def backend_fixes(xp) -> dict:
@@ -255,6 +336,8 @@ def backend_fixes(xp) -> dict:
     import warnings
 
     fixes: dict = {}
+    realf = tuple(getattr(xp, n) for n in ("float32", "float64") if hasattr(xp, n))
+    cplx = tuple(getattr(xp, n) for n in ("complex64", "complex128") if hasattr(xp, n))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -269,6 +352,11 @@ def backend_fixes(xp) -> dict:
         except Exception:
             bad_expm1 = False
         try:
+            t = xp.tanh(xp.asarray([complex(float("inf"), 2.0)]))
+            bad_tanh = bool(xp.signbit(xp.imag(t))[0])
+        except Exception:
+            bad_tanh = False
+        try:
             bad_sign = bool(xp.signbit(xp.real(xp.sign(xp.asarray([complex(-0.0, -0.0)]))))[0])
         except Exception:
             bad_sign = False
@@ -277,11 +365,11 @@ def backend_fixes(xp) -> dict:
 
         def floor_divide(x1, x2, /):
             # spec: floor(x1 / x2); numpy's divmod-based result is nan/-1 with an infinite operand
-            r = raw_fd(x1, x2)
-            if not xp.isdtype(r.dtype, "real floating"):
-                return r
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                r = raw_fd(x1, x2)
+                if r.dtype not in realf:
+                    return r
                 q = xp.floor(xp.divide(x1, x2))
                 return xp.where(xp.isinf(q) | (q == 0), q, r)
 
@@ -290,22 +378,37 @@ def backend_fixes(xp) -> dict:
         raw_em1 = xp.expm1
 
         def expm1(x, /):
-            # spec special cases of complex expm1 are those of exp(x) - 1 at non-finite x
-            r = raw_em1(x)
-            if not xp.isdtype(r.dtype, "complex floating"):
-                return r
+            # spec special cases of complex expm1 are those of exp(x) - 1 at non-finite x,
+            # and expm1(-0 + 0j) is +0 + 0j (numpy keeps the -0; -conj flips only the real sign)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                r = raw_em1(x)
+                if r.dtype not in cplx:
+                    return r
+                r = xp.where((x == 0) & xp.signbit(xp.real(r)), -xp.conj(r), r)
                 return xp.where(xp.isfinite(x), r, xp.exp(x) - 1)
 
         fixes["expm1"] = expm1
+    if bad_tanh:
+        raw_tanh = xp.tanh
+
+        def tanh(x, /):
+            # spec: tanh(+-inf + bj), b finite, is +-1 + 0j with the sign of b on the zero
+            r = raw_tanh(x)
+            if r.dtype not in cplx:
+                return r
+            b = xp.imag(x)
+            flip = xp.isinf(xp.real(x)) & xp.isfinite(b) & (xp.signbit(xp.imag(r)) != xp.signbit(b))
+            return xp.where(flip, xp.conj(r), r)
+
+        fixes["tanh"] = tanh
     if bad_sign:
         raw_sign = xp.sign
 
         def sign(x, /):
             # spec: complex sign of +-0 +-0j is 0 + 0j (x / |x| gives -0 from -0)
             r = raw_sign(x)
-            if not xp.isdtype(r.dtype, "complex floating"):
+            if r.dtype not in cplx:
                 return r
             return xp.where(x == 0, xp.zeros_like(r), r)
 
