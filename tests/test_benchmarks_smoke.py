@@ -95,3 +95,113 @@ def test_bad_unit_and_reference_are_rejected(harness):
         harness.Workload("w", "parsecs", {"a": lambda: lambda: None})
     with pytest.raises(ValueError, match="reference"):
         harness.Workload("w", "ms/step", {"a": lambda: lambda: None}, reference="b")
+
+
+# --------------------------------------------------------------------------
+# The workload scripts (cnn, transformer, graph, long_chain, higher_order) at
+# tiny sizes, ember implementations only (peers' imports are slow), and the
+# summary/chart of all.py / chart.py. Only shapes of the output are checked.
+
+
+def _load_script(name, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH_DIR))  # scripts import _harness / overhead
+    mod_name = f"_ember_bench_{name}"
+    spec = importlib.util.spec_from_file_location(mod_name, BENCH_DIR / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_TINY = "--quick --target 0.001 --rounds 1".split()
+
+
+def _check_json(path, name, unit, impls):
+    data = json.loads(path.read_text())
+    assert data["name"] == name and data["unit"] == unit and data["rounds"] == 1
+    assert set(data["results"]) == set(impls)
+    for impl in impls:
+        r = data["results"][impl]
+        assert r["status"] == "ok", f"{name}/{impl}: {r['note']}"
+        assert len(r["samples"]) == 1 and r["median"] > 0 and r["n"] >= 1
+    return data
+
+
+@pytest.mark.parametrize(
+    ("script", "make", "only", "unit"),
+    [
+        ("cnn", lambda m: m.workloads(batch=2, image=8), "ember", "ms/step"),
+        ("transformer", lambda m: m.workloads(batch=2, seq=4, dim=8, heads=2, hidden=16), "ember",
+         "ms/step"),
+        ("graph", lambda m: m.workloads(n_ops=40), "numpy,ember-grad", "us/op"),
+        ("higher_order", lambda m: m.workloads(peers=("ember",)), "ember-grad,ember-grad2", "us/op"),
+    ],
+)
+def test_workload_scripts_tiny(script, make, only, unit, tmp_path, monkeypatch):
+    mod = _load_script(script, monkeypatch)
+    (w,) = make(mod)
+    (res,) = mod.run_cli([w], [*_TINY, "--only", only, "--results-dir", str(tmp_path)])
+    data = _check_json(tmp_path / f"{w.name}.json", w.name, unit, only.split(","))
+    assert data["ops_per_call"] == w.ops_per_call
+    assert all(v is None or v > 0 for v in data["ratios"].values())
+
+
+def test_long_chain_main_tiny(tmp_path, monkeypatch):
+    mod = _load_script("long_chain", monkeypatch)
+    mod.main(["--length", "1000", "--target", "0.001", "--rounds", "1", "--only",
+              "ember-1k,ember-long", "--results-dir", str(tmp_path)])
+    data = _check_json(tmp_path / "long_chain.json", "long_chain", "us/op", ["ember-1k", "ember-long"])
+    assert data["ops_per_call"] == 1000
+    assert data["ratios"]["ember-long / ember-1k"] > 0
+    with pytest.raises(ValueError, match="multiple"):
+        mod.workloads(length=1500, short=1000)
+
+
+def _fake(name, unit, medians, ratios, ops=1.0, reference=None):
+    res = {k: {"name": k, "status": "ok" if v else "error", "note": "" if v else "RecursionError: x",
+               "n": 1, "samples": [v] if v else [], "median": v, "min": v, "max": v,
+               "ratio": None} for k, v in medians.items()}
+    return {"name": name, "unit": unit, "ops_per_call": ops, "reference": reference, "rounds": 1,
+            "results": res, "ratios": ratios, "versions": {"numpy": "x"}}
+
+
+def test_all_summary_and_chart(tmp_path, monkeypatch):
+    all_mod = _load_script("all", monkeypatch)
+    docs = [
+        _fake("overhead", "us/op", {"numpy": 0.4, "ember-untracked": 0.5, "ember-grad": 2.5, "torch": 6.0},
+              {"ember-untracked / numpy": 1.25, "ember-grad / torch": 2.5 / 6.0}, 100, "numpy"),
+        _fake("mlp_float32", "ms/step", {"numpy": 2.0, "ember": 2.2}, {"ember / numpy": 1.1}),
+        _fake("long_chain", "us/op", {"ember-1k": 3.0, "ember-long": None},
+              {"ember-long / ember-1k": None}, 100_000, "ember-1k"),
+    ]
+    for d in docs:
+        (tmp_path / f"{d['name']}.json").write_text(json.dumps(d))
+    (tmp_path / "ownership.json").write_text(json.dumps({"chain": [1, 2]}))  # not harness format
+    assert all_mod.main(["--summary-only", "--no-chart", "--results-dir", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    acc = {a["id"]: a for a in doc["acceptance"]}
+    assert set(acc) == {a[0] for a in all_mod.ACCEPTANCE}
+    assert acc["elementwise_us_per_op"]["value"] == 2.5 and acc["elementwise_us_per_op"]["pass"] is True
+    assert acc["elementwise_vs_torch"]["pass"] is True and acc["untracked_vs_numpy"]["pass"] is True
+    assert acc["mlp_float32_vs_numpy"]["pass"] is False
+    assert acc["mlp_float64_vs_numpy"]["value"] is None and "not run" in acc["mlp_float64_vs_numpy"]["note"]
+    lc = acc["long_chain_per_op"]
+    assert lc["completed"] is False and "RecursionError" in lc["note"] and lc["length"] == 100_000
+    assert doc["all_pass"] is False and set(doc["workloads"]) == {"overhead", "mlp_float32", "long_chain"}
+    assert "| elementwise chain fwd+bwd, ember / torch | 0.417x | <= 0.5x | pass |" in (
+        tmp_path / "summary.md").read_text()
+
+    chart = _load_script("chart", monkeypatch)
+    png = chart.make_chart(tmp_path, tmp_path / "c.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_all_passes_only_known_flags(monkeypatch, tmp_path):
+    all_mod = _load_script("all", monkeypatch)
+    args = all_mod.parse_args(["--quick", "--rounds", "2", "--only", "ember", "--target", "0.5"])
+    cmd = all_mod.script_command("ownership", args, tmp_path)  # knows --rounds, not --only/--target
+    assert "--quick" in cmd and cmd[cmd.index("--rounds") + 1] == "2"
+    assert "--only" not in cmd and "--target" not in cmd
+    cmd = all_mod.script_command("cnn", args, tmp_path)
+    assert cmd[cmd.index("--only") + 1] == "ember" and "--target" in cmd
+    assert all_mod.main(["--scripts", "nosuch"]) == 2
