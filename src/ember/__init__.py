@@ -33,7 +33,7 @@ from .func import (
     vjp,
 )
 from .tree import field
-from . import nn, random, io, optim, distributed
+from . import nn, random, io, optim, distributed, data
 from ._compute import compute, persist
 from ._transfer import to_backend
 from .autodiff._ownership import HiddenCopyWarning, clone, config, consume, share
@@ -71,6 +71,7 @@ __all__ = [
     "io",
     "optim",
     "distributed",
+    "data",
     "EmberError",
     "ShapeError",
     "DTypeError",

@@ -2,8 +2,8 @@
 
 The data are scikit-learn's bundled 8x8 digits (1797 images, no download),
 split 80/20 with a fixed key. Two models: ``mlp`` (64-128-64-10) and ``cnn``
-(two 3x3 convolutions, a max-pool and an MLP head, as in
-``examples/cnn_digits.py``), trained with :class:`ember.optim.SGD` (momentum
+(two 3x3 convolutions, a max-pool and an MLP head); data and models come from
+:mod:`ember.data`, shared with ``examples/*_digits.py``. They are trained with :class:`ember.optim.SGD` (momentum
 0.9, learning rate x0.8 per epoch) through ``ember.value_and_grad``. One epoch's batch order comes from
 ``fold_in(key, epoch)``, so a run resumed from the checkpoint of epoch k
 continues exactly as the uninterrupted run would.
@@ -22,11 +22,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from .. import nn, tree
 from .. import random as er
 from .._errors import EmberError, FileFormatError
+from ..data import NO_SKLEARN, DigitsCNN, accuracy, batches, digits_mlp, load_digits
 from ..func import value_and_grad
 
 __all__ = ["BACKENDS", "MODELS", "Config", "Result", "load_digits", "build_model", "train"]
@@ -39,10 +38,6 @@ CURVES = "curves.png"
 # Error texts (constants so tests can check them).
 UNKNOWN_BACKEND = "unknown backend {name!r}; choose one of {known} (e.g. --backend numpy)"
 UNKNOWN_MODEL = "unknown model {name!r}; choose one of {known} (e.g. --model cnn)"
-NO_SKLEARN = (
-    "the digits data come with scikit-learn, which is not installed; "
-    "fix: pip install scikit-learn (or pip install -e . in the ember checkout)"
-)
 NO_MATPLOTLIB = (
     "the training-curve PNG needs matplotlib, which is not installed; "
     "fix: pip install matplotlib (or pip install -e . in the ember checkout)"
@@ -98,55 +93,9 @@ class Result:
     curves: Path | None
 
 
-# ----------------------------------------------------------------------------- data
-
-
-def load_digits(seed: int = 0, test_fraction: float = 0.2, *, images: bool = True):
-    """``(x_train, y_train, x_test, y_test)`` as NumPy arrays from scikit-learn's digits.
-
-    Images are ``(N, 1, 8, 8)`` (or ``(N, 64)`` with ``images=False``) float32
-    in [0, 1]; labels int64. The split is a fixed permutation of ``seed``.
-    """
-    try:
-        from sklearn.datasets import load_digits as _sk_digits
-    except ImportError as e:
-        raise ImportError(NO_SKLEARN) from e
-    d = _sk_digits()
-    if images:
-        x = (d.images / 16.0).astype(np.float32)[:, None, :, :]
-    else:
-        x = (d.data / 16.0).astype(np.float32)
-    y = d.target.astype(np.int64)
-    perm = np.asarray(er.permutation(er.key(seed), len(y)))
-    n_test = int(len(y) * test_fraction)
-    test, train_idx = perm[:n_test], perm[n_test:]
-    return x[train_idx], y[train_idx], x[test], y[test]
-
-
 # --------------------------------------------------------------------------- models
-
-
-class DigitsCNN(nn.Module):
-    """Conv(1->16) - ReLU - Conv(16->32) - ReLU - MaxPool 2 - MLP(512->64->10)."""
-
-    features: list
-    head: nn.MLP
-
-    @classmethod
-    def init(cls, key: er.Key, *, xp: Any) -> DigitsCNN:
-        """A fresh model with arrays of the namespace ``xp``."""
-        k1, k2, k3 = er.split(key, 3)
-        features = [
-            nn.Conv2d.init(k1, 1, 16, 3, padding=1, xp=xp), nn.relu,
-            nn.Conv2d.init(k2, 16, 32, 3, padding=1, xp=xp), nn.relu,
-            nn.MaxPool2d(2),
-        ]
-        return cls(features, nn.MLP.init(k3, 32 * 4 * 4, [64], 10, xp=xp))
-
-    def __call__(self, x: Any) -> Any:
-        h = nn.apply(self.features, x)
-        xp = h.__array_namespace__()
-        return self.head(xp.reshape(h, (h.shape[0], -1)))
+# The data (load_digits), the models (DigitsCNN, digits_mlp) and accuracy live in
+# ember.data, shared with examples/mlp_digits.py and examples/cnn_digits.py.
 
 
 def build_model(name: str, key: er.Key, xp: Any) -> Any:
@@ -154,7 +103,7 @@ def build_model(name: str, key: er.Key, xp: Any) -> Any:
     if name == "cnn":
         return DigitsCNN.init(key, xp=xp)
     if name == "mlp":
-        return nn.MLP.init(key, 64, [128, 64], 10, xp=xp)
+        return digits_mlp(key, xp=xp)
     raise TrainError(UNKNOWN_MODEL.format(name=name, known=", ".join(MODELS)))
 
 
@@ -168,15 +117,6 @@ def namespace(backend: str) -> Any:
 
 
 # ------------------------------------------------------------------------- training
-
-
-def _accuracy(model: Any, xp: Any, x: np.ndarray, y: np.ndarray, batch: int = 512) -> float:
-    correct = 0
-    for i in range(0, len(y), batch):
-        logits = model(xp.asarray(x[i:i + batch]))
-        hit = xp.argmax(logits, axis=1) == xp.asarray(y[i:i + batch])
-        correct += int(xp.sum(xp.astype(hit, xp.int64)))
-    return correct / max(1, len(y))
 
 
 def _to_backend(x: Any, xp: Any) -> Any:
@@ -291,20 +231,19 @@ def train(
     base_seconds = history["seconds"][-1] if history["seconds"] else 0.0
     t0 = time.perf_counter()
     for epoch in range(start_epoch, config.epochs):
-        order = np.asarray(er.permutation(er.fold_in(key, epoch), n))
-        total = 0.0
-        for i in range(0, n, config.batch):
-            idx = order[i:i + config.batch]
+        total, done = 0.0, 0
+        for idx in batches(key, epoch, n, config.batch):
             loss, grads = step(model, xp.asarray(x_tr[idx]), xp.asarray(y_tr[idx]))
             model, state = opt.update(model, grads, state)
             model, state = _maybe_compute((model, state), lazy)
             lv = float(loss)
             total += lv * len(idx)
+            done += len(idx)
             if on_batch is not None:
-                on_batch(min(i + config.batch, n), n, lv)
+                on_batch(done, n, lv)
         history["loss"].append(total / n)
-        history["train_acc"].append(_accuracy(model, xp, x_tr, y_tr))
-        history["test_acc"].append(_accuracy(model, xp, x_te, y_te))
+        history["train_acc"].append(accuracy(model, x_tr, y_tr, xp=xp))
+        history["test_acc"].append(accuracy(model, x_te, y_te, xp=xp))
         history["seconds"].append(base_seconds + time.perf_counter() - t0)
         ckpt_path = out / CHECKPOINT
         io.save(ckpt_path, {

@@ -22,17 +22,7 @@ from . import init as _init
 from ._module import Module
 from ._util import namespace, ntuple
 
-__all__ = [
-    "conv",
-    "max_pool",
-    "avg_pool",
-    "Conv1d",
-    "Conv2d",
-    "MaxPool1d",
-    "MaxPool2d",
-    "AvgPool1d",
-    "AvgPool2d",
-]
+__all__ = ["conv", "max_pool", "avg_pool", "Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d"]
 
 BAD_CHANNELS = (
     "{op}: input of shape {shape} has {got} channels on axis 1, but the weight {wshape} with "

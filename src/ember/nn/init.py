@@ -125,31 +125,15 @@ def _kaiming_std(shape: Any, a: float, mode: str, nonlinearity: str, op: str) ->
     return gain / math.sqrt(fi if mode == "fan_in" else fo)
 
 
-def kaiming_uniform(
-    key: Any,
-    shape: Any,
-    dtype: Any = None,
-    *,
-    a: float = 0.0,
-    mode: str = "fan_in",
-    nonlinearity: str = "relu",
-    xp: Any = None,
-) -> Any:
+def kaiming_uniform(key: Any, shape: Any, dtype: Any = None, *, a: float = 0.0, mode: str = "fan_in",
+                    nonlinearity: str = "relu", xp: Any = None) -> Any:
     """U(-b, b) with ``b = sqrt(3) * gain / sqrt(fan)`` (He et al. 2015)."""
     b = math.sqrt(3.0) * _kaiming_std(shape, a, mode, nonlinearity, "kaiming_uniform")
     return uniform(key, shape, dtype, low=-b, high=b, xp=xp)
 
 
-def kaiming_normal(
-    key: Any,
-    shape: Any,
-    dtype: Any = None,
-    *,
-    a: float = 0.0,
-    mode: str = "fan_in",
-    nonlinearity: str = "relu",
-    xp: Any = None,
-) -> Any:
+def kaiming_normal(key: Any, shape: Any, dtype: Any = None, *, a: float = 0.0, mode: str = "fan_in",
+                   nonlinearity: str = "relu", xp: Any = None) -> Any:
     """N(0, std**2) with ``std = gain / sqrt(fan)`` (He et al. 2015)."""
     std = _kaiming_std(shape, a, mode, nonlinearity, "kaiming_normal")
     return normal(key, shape, dtype, std=std, xp=xp)

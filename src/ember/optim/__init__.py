@@ -21,7 +21,7 @@ wraps an optimizer for loops that just step.
 """
 
 from . import schedules
-from ._base import Optimizer, PathOptimizer, State
+from ._base import Optimizer, Options, PathOptimizer, State
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .clip import clip_by_global_norm, global_norm
@@ -36,6 +36,7 @@ from .surgery import drop, rename, reset, select
 __all__ = [
     "Optimizer",
     "PathOptimizer",
+    "Options",
     "State",
     "SGD",
     "Adam",

@@ -32,7 +32,7 @@ namespace of that parameter.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
 
 from .. import tree as _tree
 from .._errors import DTypeError, ShapeError, StructureError
@@ -42,7 +42,7 @@ from .clip import clip_by_global_norm
 from .groups import Group, assign
 from .schedules import as_schedule
 
-__all__ = ["Optimizer", "PathOptimizer", "State"]
+__all__ = ["Optimizer", "PathOptimizer", "State", "Options"]
 
 State = dict  # {"step": int, "params": {path: {"step": int, slot: array}}}
 
@@ -63,6 +63,7 @@ UNKNOWN_HPARAM = (
     "{op}: unknown hyperparameter(s) {names} in group {group}; {op} takes {known}"
 )
 BAD_HPARAM = "{op}: {name}={value!r} is invalid: {why}"
+BAD_BETAS = "must be a pair (beta1, beta2) with 0 <= beta < 1 (group {group})"
 BAD_STEP = (
     "{op}: the state's 'step' is {value!r}; it must be a non-negative int (the number of "
     "updates done). Was the state built by {op}.init?"
@@ -81,6 +82,20 @@ class Optimizer(Protocol):
     def init(self, params: Any) -> State: ...
 
     def update(self, params: Any, grads: Any, state: State) -> tuple[Any, State]: ...
+
+
+class Options(TypedDict, total=False):
+    """The keyword options every ember optimizer takes besides its hyperparameters.
+
+    See :class:`PathOptimizer` for what each does; e.g.
+    ``SGD(0.1, freeze="encoder.*", clip_norm=1.0)``.
+    """
+
+    groups: Sequence[Group] | None
+    freeze: Pattern | None
+    on_new: str
+    on_missing: str
+    clip_norm: float | None
 
 
 class _Plan:
@@ -103,7 +118,8 @@ class PathOptimizer:
     one parameter ``p`` with gradient ``g`` and slot arrays ``s`` at its
     ``t``-th update (``t`` starts at 1), returning ``(new_p, new_slots)``.
 
-    Options shared by every optimizer:
+    Options shared by every optimizer (the keywords of :class:`Options`,
+    which subclasses pass on as ``**options``):
 
     - ``groups``: a list of :class:`ember.optim.Group`; each trainable
       parameter must fall in exactly one (checked at every new structure).
@@ -166,6 +182,15 @@ class PathOptimizer:
                 raise ValueError(
                     BAD_HPARAM.format(op=type(self).__name__, name=name, value=value, why=f"must be >= 0 (group {group})")
                 )
+        if "betas" in hp:
+            self._check_betas(hp["betas"], group)
+
+    def _check_betas(self, b: Any, group: str) -> None:
+        """Raise ValueError unless ``b`` is a pair of numbers in [0, 1) (Adam's and Lion's ``betas``)."""
+        if not (isinstance(b, (tuple, list)) and len(b) == 2 and all(isinstance(x, (int, float)) and 0 <= x < 1 for x in b)):
+            raise ValueError(
+                BAD_HPARAM.format(op=type(self).__name__, name="betas", value=b, why=BAD_BETAS.format(group=group))
+            )
 
     def _slots(self, hp: Mapping[str, Any]) -> tuple[str, ...]:
         """Names of the per-parameter state arrays under hyperparameters ``hp``."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ._base import PathOptimizer
-from ._patterns import Pattern
-from .groups import Group
+from ._base import Options, PathOptimizer
 from .schedules import Schedule
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
 
 __all__ = ["Adagrad"]
 
@@ -39,18 +40,13 @@ class Adagrad(PathOptimizer):
         weight_decay: float = 0.0,
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
-        *,
-        groups: Sequence[Group] | None = None,
-        freeze: Pattern | None = None,
-        on_new: str = "init",
-        on_missing: str = "keep",
-        clip_norm: float | None = None,
+        **options: Unpack[Options],
     ) -> None:
         hp = {
             "lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay,
             "initial_accumulator_value": initial_accumulator_value, "eps": eps,
         }
-        super().__init__(hp, groups=groups, freeze=freeze, on_new=on_new, on_missing=on_missing, clip_norm=clip_norm)
+        super().__init__(hp, **options)
 
     def _slots(self, hp: Mapping[str, Any]) -> tuple[str, ...]:
         return ("sum",)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ._base import BAD_HPARAM, PathOptimizer
-from ._patterns import Pattern
-from .groups import Group
+from ._base import Options, PathOptimizer
 from .schedules import Schedule
 
-__all__ = ["Adam", "AdamW"]
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
 
-BAD_BETAS = "must be a pair (beta1, beta2) with 0 <= beta < 1 (group {group})"
+__all__ = ["Adam", "AdamW"]
 
 
 class Adam(PathOptimizer):
@@ -27,7 +26,9 @@ class Adam(PathOptimizer):
         step_size = lr / (1 - b1 ** t)
         w = w - step_size * m / (sqrt(v) / sqrt(1 - b2 ** t) + eps)
 
-    Slots: ``m``, ``v`` (and ``v_max`` with ``amsgrad``).
+    Slots: ``m``, ``v`` (and ``v_max`` with ``amsgrad``). ``weight_decay=None``
+    means the class's default (0.0; :class:`AdamW`: 0.01). The options
+    (``groups``, ``freeze``, ...) are :class:`ember.optim.Options`.
 
     >>> import numpy as np
     >>> opt = Adam(0.1)
@@ -46,22 +47,14 @@ class Adam(PathOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         *,
-        weight_decay: float = 0.0,
+        weight_decay: float | None = None,
         amsgrad: bool = False,
-        groups: Sequence[Group] | None = None,
-        freeze: Pattern | None = None,
-        on_new: str = "init",
-        on_missing: str = "keep",
-        clip_norm: float | None = None,
+        **options: Unpack[Options],
     ) -> None:
+        if weight_decay is None:  # the class's default: 0.0 for Adam, 0.01 for AdamW
+            weight_decay = self.HPARAMS["weight_decay"]
         hp = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad}
-        super().__init__(hp, groups=groups, freeze=freeze, on_new=on_new, on_missing=on_missing, clip_norm=clip_norm)
-
-    def _check_hparams(self, hp: Mapping[str, Any], group: str) -> None:
-        super()._check_hparams(hp, group)
-        b = hp["betas"]
-        if not (isinstance(b, (tuple, list)) and len(b) == 2 and all(isinstance(x, (int, float)) and 0 <= x < 1 for x in b)):
-            raise ValueError(BAD_HPARAM.format(op=type(self).__name__, name="betas", value=b, why=BAD_BETAS.format(group=group)))
+        super().__init__(hp, **options)
 
     def _slots(self, hp: Mapping[str, Any]) -> tuple[str, ...]:
         return ("m", "v", "v_max") if hp["amsgrad"] else ("m", "v")
@@ -90,23 +83,5 @@ class AdamW(Adam):
     then the :class:`Adam` step without the L2 term. Default ``weight_decay=0.01``.
     """
 
+    HPARAMS: Mapping[str, Any] = {**Adam.HPARAMS, "weight_decay": 0.01}
     _DECOUPLED = True
-
-    def __init__(
-        self,
-        lr: float | Schedule = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        *,
-        weight_decay: float = 0.01,
-        amsgrad: bool = False,
-        groups: Sequence[Group] | None = None,
-        freeze: Pattern | None = None,
-        on_new: str = "init",
-        on_missing: str = "keep",
-        clip_norm: float | None = None,
-    ) -> None:
-        super().__init__(
-            lr, betas, eps, weight_decay=weight_decay, amsgrad=amsgrad, groups=groups, freeze=freeze,
-            on_new=on_new, on_missing=on_missing, clip_norm=clip_norm,
-        )

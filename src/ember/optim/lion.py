@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ._base import BAD_HPARAM, PathOptimizer
-from ._patterns import Pattern
-from .adam import BAD_BETAS
-from .groups import Group
+from ._base import Options, PathOptimizer
 from .schedules import Schedule
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
 
 __all__ = ["Lion"]
 
@@ -34,20 +34,10 @@ class Lion(PathOptimizer):
         betas: tuple[float, float] = (0.9, 0.99),
         *,
         weight_decay: float = 0.0,
-        groups: Sequence[Group] | None = None,
-        freeze: Pattern | None = None,
-        on_new: str = "init",
-        on_missing: str = "keep",
-        clip_norm: float | None = None,
+        **options: Unpack[Options],
     ) -> None:
         hp = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
-        super().__init__(hp, groups=groups, freeze=freeze, on_new=on_new, on_missing=on_missing, clip_norm=clip_norm)
-
-    def _check_hparams(self, hp: Mapping[str, Any], group: str) -> None:
-        super()._check_hparams(hp, group)
-        b = hp["betas"]
-        if not (isinstance(b, (tuple, list)) and len(b) == 2 and all(isinstance(x, (int, float)) and 0 <= x < 1 for x in b)):
-            raise ValueError(BAD_HPARAM.format(op="Lion", name="betas", value=b, why=BAD_BETAS.format(group=group)))
+        super().__init__(hp, **options)
 
     def _slots(self, hp: Mapping[str, Any]) -> tuple[str, ...]:
         return ("m",)

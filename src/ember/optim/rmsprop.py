@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ._base import PathOptimizer
-from ._patterns import Pattern
-from .groups import Group
+from ._base import Options, PathOptimizer
 from .schedules import Schedule
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
 
 __all__ = ["RMSprop"]
 
@@ -46,14 +47,10 @@ class RMSprop(PathOptimizer):
         weight_decay: float = 0.0,
         momentum: float = 0.0,
         centered: bool = False,
-        groups: Sequence[Group] | None = None,
-        freeze: Pattern | None = None,
-        on_new: str = "init",
-        on_missing: str = "keep",
-        clip_norm: float | None = None,
+        **options: Unpack[Options],
     ) -> None:
         hp = {"lr": lr, "alpha": alpha, "eps": eps, "weight_decay": weight_decay, "momentum": momentum, "centered": centered}
-        super().__init__(hp, groups=groups, freeze=freeze, on_new=on_new, on_missing=on_missing, clip_norm=clip_norm)
+        super().__init__(hp, **options)
 
     def _slots(self, hp: Mapping[str, Any]) -> tuple[str, ...]:
         return ("v",) + (("a",) if hp["centered"] else ()) + (("momentum",) if hp["momentum"] > 0 else ())

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ._base import BAD_HPARAM, PathOptimizer
-from ._patterns import Pattern
-from .groups import Group
+from ._base import BAD_HPARAM, Options, PathOptimizer
 from .schedules import Schedule
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+
+    from typing_extensions import Unpack
 
 __all__ = ["SGD"]
 
@@ -51,14 +52,10 @@ class SGD(PathOptimizer):
         nesterov: bool = False,
         dampening: float = 0.0,
         weight_decay: float = 0.0,
-        groups: Sequence[Group] | None = None,
-        freeze: Pattern | None = None,
-        on_new: str = "init",
-        on_missing: str = "keep",
-        clip_norm: float | None = None,
+        **options: Unpack[Options],
     ) -> None:
         hp = {"lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay, "nesterov": nesterov}
-        super().__init__(hp, groups=groups, freeze=freeze, on_new=on_new, on_missing=on_missing, clip_norm=clip_norm)
+        super().__init__(hp, **options)
 
     def _check_hparams(self, hp: Mapping[str, Any], group: str) -> None:
         super()._check_hparams(hp, group)
