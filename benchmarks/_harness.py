@@ -46,6 +46,8 @@ RESULTS_DIR = BENCH_DIR / "results"
 
 #: Environment variables that change OpenBLAS kernel choice; removed on re-exec.
 UNSET_ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+#: Thread-count variables set to 1 for single-threaded kernels.
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _REEXEC_MARK = "_EMBER_BENCH_REEXEC"
 
 _UNIT_SCALE = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
@@ -133,7 +135,7 @@ def configure_env() -> None:
     by :func:`limit_threads`.  Call it in a script's ``__main__`` block (it is
     not run on import so that importing the harness has no side effects).
     """
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for var in THREAD_ENV_VARS:
         os.environ.setdefault(var, "1")
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")

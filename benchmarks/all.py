@@ -34,9 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-RESULTS_DIR = BENCH_DIR / "results"
+from _harness import BENCH_DIR, REPO_ROOT, RESULTS_DIR, THREAD_ENV_VARS, UNSET_ENV_VARS
 
 #: Every script, in run order (cheap and acceptance-relevant first).
 SCRIPTS = (
@@ -53,6 +51,9 @@ SCRIPTS = (
     "checkpointing",
 )
 
+#: The dtypes ``mlp.py`` runs its workload in (one ``mlp_<dtype>`` result each).
+MLP_DTYPES = ("float32", "float64")
+
 #: Acceptance criteria of issue 12: (id, label, workload, kind, key, target).
 #: kind "ratio" reads ``ratios[key]``; "median" reads ``results[key].median``.
 ACCEPTANCE = (
@@ -62,18 +63,15 @@ ACCEPTANCE = (
      "ember-grad / torch", 0.5),
     ("untracked_vs_numpy", "untracked op, ember / numpy", "overhead", "ratio",
      "ember-untracked / numpy", 1.6),
-    ("mlp_float32_vs_numpy", "MLP step float32, ember / hand-written numpy", "mlp_float32", "ratio",
-     "ember / numpy", 1.05),
-    ("mlp_float64_vs_numpy", "MLP step float64, ember / hand-written numpy", "mlp_float64", "ratio",
-     "ember / numpy", 1.05),
+    *((f"mlp_{d}_vs_numpy", f"MLP step {d}, ember / hand-written numpy", f"mlp_{d}", "ratio",
+       "ember / numpy", 1.05) for d in MLP_DTYPES),
     ("long_chain_per_op", "long chain per-op time, ember long / 1k chains", "long_chain", "ratio",
      "ember-long / ember-1k", 1.5),
 )
 
 #: Other headline ratios (no target): (id, label, workload, ratio key).
 HEADLINES = (
-    ("mlp_float32_vs_torch", "MLP step float32, ember / torch", "mlp_float32", "ember / torch"),
-    ("mlp_float64_vs_torch", "MLP step float64, ember / torch", "mlp_float64", "ember / torch"),
+    *((f"mlp_{d}_vs_torch", f"MLP step {d}, ember / torch", f"mlp_{d}", "ember / torch") for d in MLP_DTYPES),
     ("graph_vs_torch", "10k-op random graph, ember / torch", "graph", "ember-grad / torch"),
     ("graph_vs_autograd", "10k-op random graph, ember / autograd", "graph", "ember-grad / autograd"),
     ("grad2_over_grad", "grad(grad(f)) / grad(f), ember", "higher_order", "ember-grad2 / ember-grad"),
@@ -93,9 +91,8 @@ LAST_RUN = "last_run"
 
 def clean_env() -> dict[str, str]:
     """The environment of ``benchmarks/run``: no OpenBLAS tuning, one thread, src/ on the path."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = "1"
+    env = {k: v for k, v in os.environ.items() if k not in UNSET_ENV_VARS}
+    env.update(dict.fromkeys(THREAD_ENV_VARS, "1"))
     src = str(REPO_ROOT / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env

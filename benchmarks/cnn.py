@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _harness import Skip, Workload, configure_env, optional_import, reexec_clean_env, run_cli
+from _harness import Workload, configure_env, reexec_clean_env, run_cli
+import _peers as peers
 from overhead import import_ember
 
 BATCH = 64
@@ -92,7 +93,7 @@ def generic_loss(p: dict[str, Any], x: Any, onehot: Any, ns: Any) -> Any:
 def setup_ember(prob: dict[str, Any]) -> Callable[[], Any]:
     """ember.nn layers, value_and_grad over a dict of modules, tree.map SGD update."""
     ember, xp = import_ember()
-    try:
+    with peers.ember_ready():
         import ember.nn as nn
 
         p = {k: xp.asarray(v) for k, v in prob["params"].items()}
@@ -109,53 +110,25 @@ def setup_ember(prob: dict[str, Any]) -> Callable[[], Any]:
             z = m["fc"](xp.reshape(h, (h.shape[0], -1)))
             return nn.cross_entropy(z, labels)
 
-        vg = ember.value_and_grad(loss)
-        state = {"m": model}
-
-        def step() -> Any:
-            val, g = vg(state["m"])
-            state["m"] = ember.tree.map(lambda a, b: a - LR * b, state["m"], g)
-            return val
-
-        step()
-    except Skip:
-        raise
-    except Exception as exc:
-        raise Skip(f"ember API not ready: {type(exc).__name__}: {exc}") from exc
-    return step
+        return peers.ember_model_step(ember, loss, model, LR)
 
 
 def setup_torch(prob: dict[str, Any]) -> Callable[[], Any]:
-    torch = optional_import("torch")
+    torch = peers.import_torch()
     F = torch.nn.functional
-    torch.set_num_threads(1)
-    p = {k: torch.tensor(v, requires_grad=True) for k, v in prob["params"].items()}
     x = torch.from_numpy(prob["x"])
     labels = torch.from_numpy(prob["labels"])
 
-    def step() -> Any:
+    def loss(p: dict[str, Any]) -> Any:
         h = F.max_pool2d(F.relu(F.conv2d(x, p["w1"], p["b1"], padding=1)), 2)
         h = F.max_pool2d(F.relu(F.conv2d(h, p["w2"], p["b2"], padding=1)), 2)
-        loss = F.cross_entropy(F.linear(h.flatten(1), p["w3"], p["b3"]), labels)
-        loss.backward()
-        with torch.no_grad():
-            for v in p.values():
-                v -= LR * v.grad
-                v.grad = None
-        return loss
+        return F.cross_entropy(F.linear(h.flatten(1), p["w3"], p["b3"]), labels)
 
-    return step
-
-
-def _jax() -> tuple[Any, Any]:
-    jax = optional_import("jax")
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_platforms", "cpu")
-    return jax, jax.numpy
+    return peers.torch_sgd_step(torch, peers.torch_params(torch, prob["params"]), loss, LR)
 
 
 def setup_jax(prob: dict[str, Any], jit: bool) -> Callable[[], Any]:
-    jax, jnp = _jax()
+    jax, jnp = peers.import_jax()
     lax = jax.lax
     x = jnp.asarray(prob["x"])
     onehot = jnp.asarray(np.eye(CLASSES, dtype=prob["x"].dtype)[prob["labels"]])
@@ -170,37 +143,15 @@ def setup_jax(prob: dict[str, Any], jit: bool) -> Callable[[], Any]:
         z = h.reshape(h.shape[0], -1) @ p["w3"].T + p["b3"]
         return -jnp.sum(onehot * jax.nn.log_softmax(z, axis=1)) / x.shape[0]
 
-    vg = jax.value_and_grad(loss)
-
-    def update(p: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        val, g = vg(p)
-        return val, {k: v - LR * g[k] for k, v in p.items()}
-
-    if jit:
-        update = jax.jit(update)
-    state = {"p": {k: jnp.asarray(v) for k, v in prob["params"].items()}}
-
-    def step() -> Any:
-        val, state["p"] = update(state["p"])
-        return jax.block_until_ready((val, state["p"]))
-
-    return step
+    return peers.jax_sgd_step(jax, loss, prob["params"], LR, jit)
 
 
 def setup_autograd(prob: dict[str, Any]) -> Callable[[], Any]:
-    autograd = optional_import("autograd")
-    anp = optional_import("autograd.numpy")
+    autograd, anp = peers.import_autograd()
     x = prob["x"]
     onehot = np.eye(CLASSES, dtype=x.dtype)[prob["labels"]]
     vg = autograd.value_and_grad(lambda p: generic_loss(p, x, onehot, anp))
-    state = {"p": dict(prob["params"])}
-
-    def step() -> Any:
-        val, g = vg(state["p"])
-        state["p"] = {k: v - LR * g[k] for k, v in state["p"].items()}
-        return val
-
-    return step
+    return peers.sgd_step(vg, prob["params"], LR)
 
 
 def workloads(batch: int = BATCH, image: int = IMAGE) -> list[Workload]:
@@ -208,28 +159,17 @@ def workloads(batch: int = BATCH, image: int = IMAGE) -> list[Workload]:
     if image % 4:
         raise ValueError(f"cnn: image size {image} must be a multiple of 4 (two 2x2 poolings)")
 
-    def bind(f: Callable[..., Callable[[], Any]], **kw: Any) -> Callable[[], Callable[[], Any]]:
-        return lambda: f(make_problem(batch, image), **kw)
-
-    return [
-        Workload(
-            name="cnn",
-            unit="ms/step",
-            description=(
-                f"CNN step ({batch}, 1, {image}, {image}) conv8-pool-conv16-pool-linear10, "
-                "cross-entropy, SGD, float32"
-            ),
-            impls={
-                "ember": bind(setup_ember),
-                "torch": bind(setup_torch),
-                "jax-eager": bind(setup_jax, jit=False),
-                "jax-jit": bind(setup_jax, jit=True),
-                "autograd": bind(setup_autograd),
-            },
-            reference="torch",
-            ratios=[("ember", "torch"), ("ember", "jax-jit")],
-        )
-    ]
+    description = (
+        f"CNN step ({batch}, 1, {image}, {image}) conv8-pool-conv16-pool-linear10, "
+        "cross-entropy, SGD, float32"
+    )
+    setups = {
+        "ember": setup_ember,
+        "torch": setup_torch,
+        **peers.jax_impls(setup_jax),
+        "autograd": setup_autograd,
+    }
+    return [peers.model_step_workload("cnn", description, lambda: make_problem(batch, image), setups)]
 
 
 if __name__ == "__main__":

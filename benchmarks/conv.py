@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from _harness import Workload, configure_env, optional_import, reexec_clean_env, run_cli
+from _peers import dtype_workloads
 from overhead import import_ember
 
 SHAPE = (64, 3, 32, 32)
@@ -73,24 +74,14 @@ def setup_torch(dtype: Any) -> Callable[[], Any]:
 
 def workloads() -> list[Workload]:
     """One workload per dtype: conv2d_float32 and conv2d_float64."""
-    out = []
-    for dtype in (np.float32, np.float64):
-        name = np.dtype(dtype).name
-
-        def bind(f: Callable[[Any], Callable[[], Any]], d: Any = dtype) -> Callable[[], Any]:
-            return lambda: f(d)
-
-        out.append(
-            Workload(
-                name=f"conv2d_{name}",
-                unit="ms/call",
-                description=f"Conv2d fwd+bwd {SHAPE} x {FILTERS} {KERNEL}x{KERNEL}, pad 1, {name}",
-                impls={"ember": bind(setup_ember), "torch": bind(setup_torch)},
-                reference="torch",
-                ratios=[("ember", "torch")],
-            )
-        )
-    return out
+    return dtype_workloads(
+        "conv2d",
+        {"ember": setup_ember, "torch": setup_torch},
+        f"Conv2d fwd+bwd {SHAPE} x {FILTERS} {KERNEL}x{KERNEL}, pad 1, {{dtype}}",
+        unit="ms/call",
+        reference="torch",
+        ratios=[("ember", "torch")],
+    )
 
 
 if __name__ == "__main__":

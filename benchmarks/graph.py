@@ -33,7 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _harness import Skip, Workload, configure_env, optional_import, reexec_clean_env, run_cli
+from _harness import Workload, configure_env, optional_import, reexec_clean_env, run_cli
+from _peers import ember_ready, import_autograd, import_torch
 from overhead import import_ember
 
 N_OPS = 10_000
@@ -128,20 +129,15 @@ def setup_numpy(prog: Program) -> Callable[[], Any]:
 
 def setup_ember(prog: Program) -> Callable[[], Any]:
     ember, xp = import_ember()
-    try:
+    with ember_ready():
         xs = [xp.asarray(x) for x in make_inputs()]
         g = ember.grad(lambda ins: output(prog, ins, xp))
         g(xs)
-    except Skip:
-        raise
-    except Exception as exc:
-        raise Skip(f"ember API not ready: {type(exc).__name__}: {exc}") from exc
     return lambda: g(xs)
 
 
 def setup_torch(prog: Program) -> Callable[[], Any]:
-    torch = optional_import("torch")
-    torch.set_num_threads(1)
+    torch = import_torch()
     xs = [torch.tensor(x, requires_grad=True) for x in make_inputs()]
 
     def step() -> Any:
@@ -154,8 +150,7 @@ def setup_torch(prog: Program) -> Callable[[], Any]:
 
 
 def setup_autograd(prog: Program) -> Callable[[], Any]:
-    autograd = optional_import("autograd")
-    anp = optional_import("autograd.numpy")
+    autograd, anp = import_autograd()
     xs = make_inputs()
     g = autograd.grad(lambda ins: output(prog, ins, anp))
     return lambda: g(xs)

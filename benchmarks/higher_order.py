@@ -26,34 +26,35 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from _harness import Skip, Workload, configure_env, optional_import, reexec_clean_env, run_cli
+from _harness import Workload, configure_env, reexec_clean_env, run_cli
+from _peers import ember_ready, import_autograd, import_jax, import_torch
 from overhead import N_OPS, _input, chain, import_ember
 
 PEERS = ("ember", "torch", "autograd", "jax-eager")
 
 
+def _grad_of_order(grad: Callable[..., Any], ns: Any, order: int) -> Callable[[Any], Any]:
+    """``grad(f)`` (order 1) or ``grad(sum(grad(f)))`` (order 2) for ``f = sum(chain)`` in ``ns``."""
+
+    def f(t: Any) -> Any:
+        return ns.sum(chain(t, ns))
+
+    if order == 2:
+        return grad(lambda t: ns.sum(grad(f)(t)))
+    return grad(f)
+
+
 def setup_ember(order: int) -> Callable[[], Any]:
     ember, xp = import_ember()
-    try:
+    with ember_ready():
         x = xp.asarray(_input())
-
-        def f(t: Any) -> Any:
-            return xp.sum(chain(t, xp))
-
-        g = ember.grad(f)
-        if order == 2:
-            g = ember.grad(lambda t: xp.sum(ember.grad(f)(t)))
+        g = _grad_of_order(ember.grad, xp, order)
         g(x)
-    except Skip:
-        raise
-    except Exception as exc:
-        raise Skip(f"ember API not ready: {type(exc).__name__}: {exc}") from exc
     return lambda: g(x)
 
 
 def setup_torch(order: int) -> Callable[[], Any]:
-    torch = optional_import("torch")
-    torch.set_num_threads(1)
+    torch = import_torch()
     x = torch.tensor(_input(), requires_grad=True)
     agrad = torch.autograd.grad
 
@@ -68,32 +69,16 @@ def setup_torch(order: int) -> Callable[[], Any]:
 
 
 def setup_autograd(order: int) -> Callable[[], Any]:
-    autograd = optional_import("autograd")
-    anp = optional_import("autograd.numpy")
+    autograd, anp = import_autograd()
     x = _input()
-
-    def f(t: Any) -> Any:
-        return anp.sum(chain(t, anp))
-
-    g = autograd.grad(f)
-    if order == 2:
-        g = autograd.grad(lambda t: anp.sum(autograd.grad(f)(t)))
+    g = _grad_of_order(autograd.grad, anp, order)
     return lambda: g(x)
 
 
 def setup_jax_eager(order: int) -> Callable[[], Any]:
-    jax = optional_import("jax")
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_platforms", "cpu")
-    jnp = jax.numpy
+    jax, jnp = import_jax()
     x = jnp.asarray(_input())
-
-    def f(t: Any) -> Any:
-        return jnp.sum(chain(t, jnp))
-
-    g = jax.grad(f)
-    if order == 2:
-        g = jax.grad(lambda t: jnp.sum(jax.grad(f)(t)))
+    g = _grad_of_order(jax.grad, jnp, order)
     return lambda: g(x).block_until_ready()
 
 

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _harness import Skip, Workload, configure_env, optional_import, reexec_clean_env, run_cli
+from _harness import Workload, configure_env, optional_import, reexec_clean_env, run_cli
+import _peers as peers
 from overhead import import_ember
 
 SIZES = (784, 256, 256, 10)
@@ -92,133 +93,67 @@ def setup_numpy(dtype: Any) -> Callable[[], Any]:
 
 def setup_ember(dtype: Any) -> Callable[[], Any]:
     ember, xp = import_ember()
-    try:
+    with peers.ember_ready():
         params, x, y = make_problem(dtype)
-        state = {"p": {k: xp.asarray(v) for k, v in params.items()}}
         xt, yt = xp.asarray(x), xp.asarray(y)
         vg = ember.value_and_grad(lambda p: loss_fn(p, xt, yt, xp))
-
-        def step() -> Any:
-            loss, g = vg(state["p"])
-            state["p"] = {k: v - LR * g[k] for k, v in state["p"].items()}
-            return loss
-
+        step = peers.sgd_step(vg, {k: xp.asarray(v) for k, v in params.items()}, LR)
         step()
-    except Exception as exc:
-        raise Skip(f"ember API not ready: {type(exc).__name__}: {exc}") from exc
     return step
 
 
 def setup_torch(dtype: Any) -> Callable[[], Any]:
-    torch = optional_import("torch")
-    torch.set_num_threads(1)
+    torch = peers.import_torch()
     params, x, y = make_problem(dtype)
-    p = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
 
-    def step() -> Any:
+    def loss(p: dict[str, Any]) -> Any:
         h = torch.relu(xt @ p["W1"] + p["b1"])
         h = torch.relu(h @ p["W2"] + p["b2"])
         z = h @ p["W3"] + p["b3"]
         zs = z - torch.amax(z, dim=1, keepdim=True)
         logp = zs - torch.log(torch.sum(torch.exp(zs), dim=1, keepdim=True))
-        loss = -torch.sum(yt * logp) / BATCH
-        loss.backward()
-        with torch.no_grad():
-            for v in p.values():
-                v -= LR * v.grad
-                v.grad = None
-        return loss
+        return -torch.sum(yt * logp) / BATCH
 
-    return step
+    return peers.torch_sgd_step(torch, peers.torch_params(torch, params), loss, LR)
 
 
 def setup_autograd(dtype: Any) -> Callable[[], Any]:
-    autograd = optional_import("autograd")
-    anp = optional_import("autograd.numpy")
+    autograd, anp = peers.import_autograd()
     params, x, y = make_problem(dtype)
-    state = {"p": params}
-    vg = autograd.value_and_grad(lambda p: loss_fn(p, x, y, anp))
-
-    def step() -> Any:
-        loss, g = vg(state["p"])
-        state["p"] = {k: v - LR * g[k] for k, v in state["p"].items()}
-        return loss
-
-    return step
+    return peers.sgd_step(autograd.value_and_grad(lambda p: loss_fn(p, x, y, anp)), params, LR)
 
 
 def setup_mygrad(dtype: Any) -> Callable[[], Any]:
     mg = optional_import("mygrad")
     params, x, y = make_problem(dtype)
-    state = {"p": params}
-
-    def step() -> Any:
-        p = {k: mg.tensor(v) for k, v in state["p"].items()}
-        loss = loss_fn(p, x, y, mg)
-        loss.backward()
-        state["p"] = {k: v.data - LR * v.grad for k, v in p.items()}
-        return loss
-
-    return step
+    return peers.mygrad_sgd_step(mg, lambda p: loss_fn(p, x, y, mg), params, LR)
 
 
-def _jax() -> tuple[Any, Any]:
-    jax = optional_import("jax")
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_platforms", "cpu")
-    return jax, jax.numpy
-
-
-def _jax_step(dtype: Any, jit: bool) -> Callable[[], Any]:
-    jax, jnp = _jax()
+def setup_jax(dtype: Any, jit: bool) -> Callable[[], Any]:
+    jax, jnp = peers.import_jax()
     params, x, y = make_problem(dtype)
     xj, yj = jnp.asarray(x), jnp.asarray(y)
-    vg = jax.value_and_grad(lambda p: loss_fn(p, xj, yj, jnp))
-
-    def update(p: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        loss, g = vg(p)
-        return loss, {k: v - LR * g[k] for k, v in p.items()}
-
-    if jit:
-        update = jax.jit(update)
-    state = {"p": {k: jnp.asarray(v) for k, v in params.items()}}
-
-    def step() -> Any:
-        loss, state["p"] = update(state["p"])
-        return jax.block_until_ready((loss, state["p"]))
-
-    return step
+    return peers.jax_sgd_step(jax, lambda p: loss_fn(p, xj, yj, jnp), params, LR, jit)
 
 
 def workloads() -> list[Workload]:
     """One workload per dtype: mlp_float32 and mlp_float64."""
-    out = []
-    for dtype in (np.float32, np.float64):
-        name = np.dtype(dtype).name
-
-        def bind(f: Callable[[Any], Callable[[], Any]], d: Any = dtype) -> Callable[[], Any]:
-            return lambda: f(d)
-
-        out.append(
-            Workload(
-                name=f"mlp_{name}",
-                unit="ms/step",
-                description=f"MLP {'-'.join(map(str, SIZES))} ReLU, batch {BATCH}, SGD step, {name}",
-                impls={
-                    "numpy": bind(setup_numpy),
-                    "ember": bind(setup_ember),
-                    "torch": bind(setup_torch),
-                    "autograd": bind(setup_autograd),
-                    "mygrad": bind(setup_mygrad),
-                    "jax-eager": bind(lambda d: _jax_step(d, jit=False)),
-                    "jax-jit": bind(lambda d: _jax_step(d, jit=True)),
-                },
-                reference="numpy",
-                ratios=[("ember", "numpy"), ("ember", "torch")],
-            )
-        )
-    return out
+    return peers.dtype_workloads(
+        "mlp",
+        {
+            "numpy": setup_numpy,
+            "ember": setup_ember,
+            "torch": setup_torch,
+            "autograd": setup_autograd,
+            "mygrad": setup_mygrad,
+            **peers.jax_impls(setup_jax),
+        },
+        f"MLP {'-'.join(map(str, SIZES))} ReLU, batch {BATCH}, SGD step, {{dtype}}",
+        unit="ms/step",
+        reference="numpy",
+        ratios=[("ember", "numpy"), ("ember", "torch")],
+    )
 
 
 if __name__ == "__main__":

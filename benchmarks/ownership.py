@@ -161,22 +161,17 @@ class _Meter:
 
 
 def mlp(xp: Any, x: Any, p: dict, c: Callable, tick: Callable[[], None]) -> Any:
-    h = x @ p["w1"]
-    tick()
-    h = xp.add(c(h), p["b1"])
-    tick()
-    h = xp.maximum(c(h), 0.0)
-    tick()
-    h = h @ p["w2"]
-    tick()
-    h = xp.add(c(h), p["b2"])
-    tick()
-    h = xp.maximum(c(h), 0.0)
-    tick()
-    h = h @ p["w3"]
-    tick()
-    h = xp.add(c(h), p["b3"])
-    tick()
+    """Three layers ``relu(h @ w + b)`` (no ReLU on the last); ``c`` wraps each
+    op's input that may be consumed, ``tick`` runs after every op."""
+    h = x
+    for i in (1, 2, 3):
+        h = h @ p[f"w{i}"]
+        tick()
+        h = xp.add(c(h), p[f"b{i}"])
+        tick()
+        if i < 3:
+            h = xp.maximum(c(h), 0.0)
+            tick()
     return h
 
 

@@ -31,14 +31,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from _harness import Skip, Workload, configure_env, optional_import, reexec_clean_env, run_cli
+from _harness import Workload, configure_env, optional_import, reexec_clean_env, run_cli
+import _peers as peers
 from overhead import import_ember
 
 BATCH, SEQ, DIM, HEADS, HIDDEN = 16, 64, 128, 4, 512
 LR = 0.01
 EPS = 1e-5
 _GELU_C = math.sqrt(2.0 / math.pi)
-
 
 
 def make_problem(
@@ -105,7 +105,7 @@ def generic_loss(p: dict[str, Any], x: Any, t: Any, heads: int, ns: Any) -> Any:
 def setup_ember(prob: dict[str, Any]) -> Callable[[], Any]:
     """ember.nn modules in a dict, value_and_grad, tree.map SGD update."""
     ember, xp = import_ember()
-    try:
+    with peers.ember_ready():
         import ember.nn as nn
 
         p = {k: xp.asarray(v) for k, v in prob["params"].items()}
@@ -127,27 +127,12 @@ def setup_ember(prob: dict[str, Any]) -> Callable[[], Any]:
             d = y - t
             return xp.mean(d * d)
 
-        vg = ember.value_and_grad(loss)
-        state = {"m": model}
-
-        def step() -> Any:
-            val, g = vg(state["m"])
-            state["m"] = ember.tree.map(lambda a, b: a - LR * b, state["m"], g)
-            return val
-
-        step()
-    except Skip:
-        raise
-    except Exception as exc:
-        raise Skip(f"ember API not ready: {type(exc).__name__}: {exc}") from exc
-    return step
+        return peers.ember_model_step(ember, loss, model, LR)
 
 
 def setup_torch(prob: dict[str, Any]) -> Callable[[], Any]:
-    torch = optional_import("torch")
+    torch = peers.import_torch()
     F = torch.nn.functional
-    torch.set_num_threads(1)
-    p = {k: torch.tensor(v, requires_grad=True) for k, v in prob["params"].items()}
     x, t = torch.from_numpy(prob["x"]), torch.from_numpy(prob["t"])
     heads = prob["heads"]
     bsz, seq, dim = x.shape
@@ -155,80 +140,36 @@ def setup_torch(prob: dict[str, Any]) -> Callable[[], Any]:
     def split(z: Any) -> Any:
         return z.view(bsz, seq, heads, dim // heads).transpose(1, 2)
 
-    def step() -> Any:
+    def loss(p: dict[str, Any]) -> Any:
         a = F.layer_norm(x, (dim,), p["ln1_w"], p["ln1_b"], EPS)
         q, k, v = (split(F.linear(a, p[f"{n}_w"], p[f"{n}_b"])) for n in "qkv")
         att = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(bsz, seq, dim)
         h = x + F.linear(att, p["o_w"], p["o_b"])
         m = F.linear(F.layer_norm(h, (dim,), p["ln2_w"], p["ln2_b"], EPS), p["fc1_w"], p["fc1_b"])
         y = h + F.linear(F.gelu(m, approximate="tanh"), p["fc2_w"], p["fc2_b"])
-        loss = F.mse_loss(y, t)
-        loss.backward()
-        with torch.no_grad():
-            for w in p.values():
-                w -= LR * w.grad
-                w.grad = None
-        return loss
+        return F.mse_loss(y, t)
 
-    return step
-
-
-def _jax() -> tuple[Any, Any]:
-    jax = optional_import("jax")
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_platforms", "cpu")
-    return jax, jax.numpy
+    return peers.torch_sgd_step(torch, peers.torch_params(torch, prob["params"]), loss, LR)
 
 
 def setup_jax(prob: dict[str, Any], jit: bool) -> Callable[[], Any]:
-    jax, jnp = _jax()
+    jax, jnp = peers.import_jax()
     x, t = jnp.asarray(prob["x"]), jnp.asarray(prob["t"])
     heads = prob["heads"]
-    vg = jax.value_and_grad(lambda p: generic_loss(p, x, t, heads, jnp))
-
-    def update(p: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        val, g = vg(p)
-        return val, {k: v - LR * g[k] for k, v in p.items()}
-
-    if jit:
-        update = jax.jit(update)
-    state = {"p": {k: jnp.asarray(v) for k, v in prob["params"].items()}}
-
-    def step() -> Any:
-        val, state["p"] = update(state["p"])
-        return jax.block_until_ready((val, state["p"]))
-
-    return step
+    return peers.jax_sgd_step(jax, lambda p: generic_loss(p, x, t, heads, jnp), prob["params"], LR, jit)
 
 
 def setup_autograd(prob: dict[str, Any]) -> Callable[[], Any]:
-    autograd = optional_import("autograd")
-    anp = optional_import("autograd.numpy")
+    autograd, anp = peers.import_autograd()
     x, t, heads = prob["x"], prob["t"], prob["heads"]
     vg = autograd.value_and_grad(lambda p: generic_loss(p, x, t, heads, anp))
-    state = {"p": dict(prob["params"])}
-
-    def step() -> Any:
-        val, g = vg(state["p"])
-        state["p"] = {k: v - LR * g[k] for k, v in state["p"].items()}
-        return val
-
-    return step
+    return peers.sgd_step(vg, prob["params"], LR)
 
 
 def setup_mygrad(prob: dict[str, Any]) -> Callable[[], Any]:
     mg = optional_import("mygrad")
     x, t, heads = prob["x"], prob["t"], prob["heads"]
-    state = {"p": dict(prob["params"])}
-
-    def step() -> Any:
-        p = {k: mg.tensor(v) for k, v in state["p"].items()}
-        loss = generic_loss(p, x, t, heads, mg)
-        loss.backward()
-        state["p"] = {k: v.data - LR * v.grad for k, v in p.items()}
-        return loss
-
-    return step
+    return peers.mygrad_sgd_step(mg, lambda p: generic_loss(p, x, t, heads, mg), prob["params"], LR)
 
 
 def workloads(
@@ -236,27 +177,20 @@ def workloads(
 ) -> list[Workload]:
     """The ``transformer`` workload; the sizes shrink it for smoke tests."""
 
-    def bind(f: Callable[..., Callable[[], Any]], **kw: Any) -> Callable[[], Callable[[], Any]]:
-        return lambda: f(make_problem(batch, seq, dim, heads, hidden), **kw)
-
+    description = (
+        f"pre-LN transformer block step, batch {batch}, seq {seq}, d {dim}, "
+        f"{heads} heads, MLP {hidden}, SGD, float32"
+    )
+    setups = {
+        "ember": setup_ember,
+        "torch": setup_torch,
+        **peers.jax_impls(setup_jax),
+        "autograd": setup_autograd,
+        "mygrad": setup_mygrad,
+    }
     return [
-        Workload(
-            name="transformer",
-            unit="ms/step",
-            description=(
-                f"pre-LN transformer block step, batch {batch}, seq {seq}, d {dim}, "
-                f"{heads} heads, MLP {hidden}, SGD, float32"
-            ),
-            impls={
-                "ember": bind(setup_ember),
-                "torch": bind(setup_torch),
-                "jax-eager": bind(setup_jax, jit=False),
-                "jax-jit": bind(setup_jax, jit=True),
-                "autograd": bind(setup_autograd),
-                "mygrad": bind(setup_mygrad),
-            },
-            reference="torch",
-            ratios=[("ember", "torch"), ("ember", "jax-jit")],
+        peers.model_step_workload(
+            "transformer", description, lambda: make_problem(batch, seq, dim, heads, hidden), setups
         )
     ]
 
