@@ -31,6 +31,7 @@ __all__ = ["namespace"]
 
 _SCALARS = (bool, int, float, complex)
 _GENERAL = object()  # "use the general slow path"
+_NOPARAMS: dict = {}  # shared, never mutated: the params of ops that take none
 _cache: dict = {}
 
 
@@ -429,24 +430,100 @@ class _Dispatcher:
             f.__signature__ = sig
         return f
 
+    def _recorder(self):
+        """``record(name, impl, raw_args, inner, parents, top)``: one traced op, one level deep.
+
+        The elementwise functions call it directly when their tracked inputs
+        sit one level above backend arrays (the common case), skipping the
+        general path's argument normalisation.
+        """
+        A, make, coerce, floating, mod = self.A, self.make, self.xp.asarray, self.floating, self.module
+        is_diff = self.is_differentiable
+
+        def record(name, impl, raw_args, inner, parents, top):
+            try:
+                v = impl(*raw_args)
+            except Exception as e:
+                raise op_error(name, e, raw_args) from e
+            if v.__class__ is not A:
+                v = coerce(v)
+            ans = make(v, None)
+            rule = RULES.get(name)
+            if rule is None:
+                return ans
+            ok = floating.get(v.dtype)
+            if ok is None:
+                ok = is_diff(ans)
+            if not ok:
+                return ans
+            node = Node(rule, inner, _NOPARAMS, parents, ans, top, mod)
+            top.nodes.append(node)
+            if top.saver is not None:
+                top.saver(node, impl)
+            return make(ans, node)
+
+        return record
+
     def _unary(self, name, raw):
         T, A, make, call, coerce = self.T, self.A, self.make, self.call, self.xp.asarray
+        record = self._recorder()
 
         def f(x, /):
-            if x.__class__ is T and x._node is None:
-                try:
-                    v = raw(x._value)
-                except Exception as e:
-                    raise op_error(name, e, (x,)) from e
-                if v.__class__ is not A:
-                    v = coerce(v)
-                return make(v, None)
+            if x.__class__ is T:
+                n = x._node
+                if n is None:
+                    try:
+                        v = raw(x._value)
+                    except Exception as e:
+                        raise op_error(name, e, (x,)) from e
+                    if v.__class__ is not A:
+                        v = coerce(v)
+                    return make(v, None)
+                low = x._value
+                if low._node is None and n.trace.active:
+                    return record(name, raw, (low._value,), (low,), (n,), n.trace)
             return call(name, raw, (x,), {})
 
         return f
 
     def _binary(self, name, raw):
         T, A, make, call, coerce = self.T, self.A, self.make, self.call, self.xp.asarray
+        record = self._recorder()
+
+        def traced(x1, x2, c1, c2):
+            """Both operands one level deep (or constants) on one active trace, else None."""
+            n1 = x1._node if c1 is T else None
+            n2 = x2._node if c2 is T else None
+            top = None
+            if n1 is not None:
+                l1 = x1._value
+                if l1._node is not None or not n1.trace.active:
+                    return None
+                top = n1.trace
+                r1 = l1._value
+            elif c1 is T:
+                r1 = x1._value
+                l1 = make(r1, None)  # the tape's own handle (ownership)
+            elif c1 is float or c1 is int:
+                r1 = l1 = x1
+            else:
+                return None
+            if n2 is not None:
+                l2 = x2._value
+                if l2._node is not None or not n2.trace.active or (top is not None and n2.trace is not top):
+                    return None
+                top = n2.trace
+                r2 = l2._value
+            elif c2 is T:
+                r2 = x2._value
+                l2 = make(r2, None)
+            elif c2 is float or c2 is int:
+                r2 = l2 = x2
+            else:
+                return None
+            if top is None:
+                return None
+            return record(name, raw, (r1, r2), (l1, l2), (n1, n2), top)
 
         def f(x1, x2, /):
             c1 = x1.__class__
@@ -457,7 +534,8 @@ class _Dispatcher:
                 elif c2 is float or c2 is int:
                     a, b = x1._value, x2
                 else:
-                    return call(name, raw, (x1, x2), {})
+                    out = traced(x1, x2, c1, c2) if c2 is T else None
+                    return out if out is not None else call(name, raw, (x1, x2), {})
                 try:
                     v = raw(a, b)
                 except Exception as e:
@@ -465,6 +543,10 @@ class _Dispatcher:
                 if v.__class__ is not A:
                     v = coerce(v)
                 return make(v, None)
+            if c1 is T or c2 is T:
+                out = traced(x1, x2, c1, c2)
+                if out is not None:
+                    return out
             return call(name, raw, (x1, x2), {})
 
         return f
@@ -545,6 +627,7 @@ class _Dispatcher:
 
         def binop(fname, reflected):
             raw = self.fixes.get(fname) or getattr(xp, fname)
+            fn = getattr(mod, fname)
 
             if reflected:
                 def m(self, other, /):
@@ -572,7 +655,7 @@ class _Dispatcher:
                             raise op_error(fname, e, (self, other)) from e
                         return make(v if v.__class__ is A else coerce(v), None)
                     if c is T or c in _SCALARS or isinstance(other, (A, Tensor)):
-                        return call(fname, raw, (self, other), {})
+                        return fn(self, other)
                     return NotImplemented
             return m
 
