@@ -54,12 +54,37 @@ class Rule:
 
 
 def _per_argument(fns: Sequence[Callable | None]):
+    """One VJP over all arguments from per-argument functions (1- and 2-argument forms unrolled)."""
+    if len(fns) == 1:
+        (f0,) = fns
+
+        def vjp1(ns, g, ans, args, params, parents):
+            if parents[0] is None or f0 is None:
+                return (None,)
+            return (f0(ns, g, ans, *args, **params),)
+
+        vjp1.fns = tuple(fns)
+        return vjp1
+    if len(fns) == 2:
+        f0, f1 = fns
+
+        def vjp2(ns, g, ans, args, params, parents):
+            p0, p1 = parents
+            return (
+                None if p0 is None or f0 is None else f0(ns, g, ans, *args, **params),
+                None if p1 is None or f1 is None else f1(ns, g, ans, *args, **params),
+            )
+
+        vjp2.fns = tuple(fns)
+        return vjp2
+
     def vjp(ns, g, ans, args, params, parents):
         return [
             None if (p is None or f is None) else f(ns, g, ans, *args, **params)
             for f, p in zip(fns, parents)
         ]
 
+    vjp.fns = tuple(fns)  # the per-argument functions, for introspection (tests, docs)
     return vjp
 
 
