@@ -77,19 +77,33 @@ def op_error(op: str, exc: Exception, args) -> Exception:
     if isinstance(exc, ValueError) and any(
         w in msg.lower() for w in ("broadcast", "shape", "dimension", "mismatch", "size", "axis")
     ):
-        return ShapeError(
-            f"{op}: input shapes {shapes} do not fit ({msg}). Fix: make the shapes "
-            "broadcast-compatible (equal, or 1, in each trailing dimension), e.g. with "
-            "reshape or expand_dims"
-        )
-    if isinstance(exc, TypeError) and not isinstance(exc, (DTypeError,)) and dtypes and "dtype" in msg.lower() or (
-        isinstance(exc, TypeError) and "cast" in msg.lower()
+        fix = SHAPE_FIXES.get(op.rsplit(".", 1)[-1], SHAPE_FIXES["*"])
+        return ShapeError(f"{op}: input shapes {shapes} do not fit ({msg}). Fix: {fix}")
+    low = msg.lower()
+    if isinstance(exc, TypeError) and not isinstance(exc, DTypeError) and (
+        (dtypes and "dtype" in low) or "cast" in low
     ):
         return DTypeError(
             f"{op}: not defined for input dtypes {dtypes} ({msg}). Fix: convert with "
             "xp.astype(x, dtype) to a dtype the op accepts"
         )
     return exc
+
+
+#: How to fix a shape error, by op (``"*"``: elementwise broadcasting).
+SHAPE_FIXES = {
+    "*": "make the shapes broadcast-compatible (equal, or 1, in each trailing dimension), "
+         "e.g. with reshape or expand_dims",
+    "matmul": "the last axis of the first operand must equal the second-to-last axis of the "
+              "second (transpose one with .mT, or reshape)",
+    "tensordot": "the contracted axes must have equal sizes; check the axes argument",
+    "vecdot": "the reduced axis must have the same size in both inputs",
+    "reshape": "the new shape must hold exactly as many elements as the input (use -1 for one "
+               "inferred dimension)",
+    "concat": "all inputs must have the same shape except along the concatenation axis",
+    "stack": "all inputs must have exactly the same shape",
+    "broadcast_to": "each dimension of the input must equal the target's or be 1",
+}
 
 
 UNKNOWN_SIZES = (
