@@ -169,11 +169,16 @@ def _pool(x: Any, nd: int, kernel_size: Any, stride: Any, padding: Any, dilation
     if no_pad and stride_ == kernel and all(d == 1 for d in dil) and all(
         o * k == sz for o, k, sz in zip(out, kernel, spatial)
     ):
-        # Non-overlapping windows tiling the input: a reshape, no copies.
-        shape = (n, c) + tuple(v for o, k in zip(out, kernel) for v in (o, k))
-        axes = tuple(3 + 2 * i for i in range(nd))
-        r = xp.reshape(x, shape)
-        y = xp.max(r, axis=axes) if kind == "max" else xp.mean(r, axis=axes)
+        # Non-overlapping windows tiling the input: combine the k**nd strided views
+        # elementwise. (A reduction over the interleaved window axes of a reshape is
+        # some 30x slower in NumPy.) At ties max_pool's gradient goes to the tied
+        # elements in unequal shares (any split is a valid subgradient).
+        y = None
+        for offsets in itertools.product(*(range(k) for k in kernel)):
+            view = x[(slice(None), slice(None)) + tuple(slice(o, None, k) for o, k in zip(offsets, kernel))]
+            y = view if y is None else (xp.maximum(y, view) if kind == "max" else y + view)
+        if kind != "max":
+            y = y / math.prod(kernel)
         return y if batched else y[0, ...]
     fill = -math.inf if kind == "max" else 0.0
     cols = _patches(xp, _pad(xp, x, pads, fill), kernel, stride_, dil, out)

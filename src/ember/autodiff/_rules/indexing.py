@@ -10,6 +10,7 @@ forward pass; every repeated position of ``v`` receives the cotangent.
 
 from __future__ import annotations
 
+from .._trace import active_traces
 from ._base import defvjp
 from ._util import fit
 
@@ -43,6 +44,12 @@ def _getitem(ns, g, ans, x, *, key):
         # new axes (None) cannot be written to: drop them from key and cotangent
         key = tuple(k for k in key if k is not None) if isinstance(key, tuple) else ()
         g = ns.reshape(g, tuple(x.raw[key].shape))
+    if g._node is None and not active_traces and z.raw.__class__ is g.raw.__class__:
+        try:  # nothing traces this backward: write into the fresh zeros, no second copy
+            z.raw[key] = g.raw
+            return z
+        except (TypeError, ValueError, NotImplementedError):  # immutable arrays (JAX)
+            pass
     return ns._setitem(z, g, key=key)
 
 
