@@ -158,8 +158,8 @@ def _basis(leaf, k):
     """The k-th unit array of ``leaf``'s shape and dtype."""
     ns = type(leaf)._ns
     n = math.prod(leaf.shape)
-    e = ns.zeros((n,), dtype=leaf.dtype)
-    e = ns.where(ns.arange(n) == k, ns.ones_like(e), e)
+    e = ns.zeros((n,), dtype=leaf.dtype, device=leaf.device)
+    e = ns.where(ns.arange(n, device=leaf.device) == k, ns.ones_like(e), e)
     return ns.reshape(e, tuple(leaf.shape))
 
 
@@ -231,7 +231,7 @@ def jacrev(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
                     st = ns.stack(rows[j], axis=-1)
                     st = ns.permute_dims(st, (x.ndim,) + tuple(range(x.ndim)))
                 else:
-                    st = ns.zeros((0,) + tuple(x.shape), dtype=x.dtype)
+                    st = ns.zeros((0,) + tuple(x.shape), dtype=x.dtype, device=x.device)
                 blocks.append(ns.reshape(st, tuple(o.shape) + tuple(x.shape)))
             block = _tree.unflatten(in_def, blocks)
             rows_per_out.append(block[0] if single else block)
@@ -286,7 +286,7 @@ def jacfwd(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
                 if pieces:
                     st = ns.stack(pieces, axis=-1)  # o.shape + (n_in,)
                 else:
-                    st = ns.zeros(tuple(o.shape) + (0,), dtype=o.dtype)
+                    st = ns.zeros(tuple(o.shape) + (0,), dtype=o.dtype, device=o.device)
                 blocks.append(ns.reshape(st, tuple(o.shape) + tuple(x.shape)))
             block = _tree.unflatten(in_def, blocks)
             per_out.append(block[0] if single else block)

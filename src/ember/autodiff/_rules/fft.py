@@ -36,7 +36,7 @@ def _resize(ns, g, axis, size):
         return g[(slice(None),) * axis + (slice(0, size), ...)]
     shape = list(g.shape)
     shape[axis] = size - cur
-    return ns.concat([g, ns.zeros(tuple(shape), dtype=g.dtype)], axis=axis)
+    return ns.concat([g, ns.zeros(tuple(shape), dtype=g.dtype, device=g.device)], axis=axis)
 
 
 def _to(ns, g, x):
@@ -64,7 +64,7 @@ def _half_weights(ns, g, axis, n):
     real = ns.float32 if g.dtype in (ns.float32, ns.complex64) else ns.float64
     shape = [1] * g.ndim
     shape[axis % g.ndim] = m
-    return ns.reshape(ns.asarray(w, dtype=real), tuple(shape))
+    return ns.reshape(ns.asarray(w, dtype=real, device=g.device), tuple(shape))
 
 
 # ----- complex-to-complex ---------------------------------------------------

@@ -85,7 +85,7 @@ def _real_only(ns, op, x):
 
 
 def _eye(ns, n, like, k=0, m=None):
-    return ns.eye(n, m, k=k, dtype=like.dtype)
+    return ns.eye(n, m, k=k, dtype=like.dtype, device=like.device)
 
 
 def _row(ns, v):
@@ -414,7 +414,7 @@ def _diagonal(ns, g, ans, x, *, offset=0):
     size = n if offset >= 0 else m
     length = g.shape[-1]
     if length < size:
-        pad = ns.zeros(tuple(g.shape[:-1]) + (size - length,), dtype=g.dtype)
+        pad = ns.zeros(tuple(g.shape[:-1]) + (size - length,), dtype=g.dtype, device=g.device)
         g = ns.concat([g, pad], axis=-1)
     elif length > size:
         g = g[..., :size]
