@@ -8,11 +8,31 @@ import numpy as np
 import pytest
 
 #: Backend wrappers under test, in report order: name -> module of the wrapper.
-SPEC_BACKENDS = {
+_ALL_BACKENDS = {
     "numpy": "ember.autodiff.numpy",
     "array_api_strict": "ember.autodiff.array_api_strict",
     "dask": "ember.autodiff.dask",
+    "cupy": "ember.autodiff.cupy",
 }
+
+
+def _selected() -> dict:
+    """The backends to check: ``EMBER_TEST_BACKENDS`` (as in tests/conftest.py) or the CPU three.
+
+    ``EMBER_TEST_BACKENDS=cupy`` runs the spec checks on the GPU (tests/gpu/run.sh).
+    """
+    import os
+
+    want = os.environ.get("EMBER_TEST_BACKENDS", "").strip()
+    if not want:
+        return {k: v for k, v in _ALL_BACKENDS.items() if k != "cupy"}
+    if want == "all":
+        return dict(_ALL_BACKENDS)
+    names = [n.strip() for n in want.split(",") if n.strip()]
+    return {n: _ALL_BACKENDS[n] for n in names if n in _ALL_BACKENDS}
+
+
+SPEC_BACKENDS = _selected()
 
 _loaded: dict = {}
 
