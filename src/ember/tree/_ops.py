@@ -66,8 +66,8 @@ STRUCTURE_MISMATCH = (
     "compare ember.tree.structure() of each"
 )
 BAD_PATTERN = (
-    "filter: pattern must be a glob str, a list of glob str or a callable(path_str) -> bool, "
-    "got {type}"
+    "{where}: pattern must be a glob str (e.g. '*.bias'), a list of glob str or a "
+    "callable(path_str) -> bool, got {type}"
 )
 ROOT = "the root"
 
@@ -594,17 +594,21 @@ def map_with_path(
     return _build(td._root, iter(new))
 
 
-@functools.lru_cache(maxsize=256)
-def _glob(pattern: str) -> re.Pattern[str]:
-    """Glob to regex: ``*`` any run (dots included), ``?`` one character.
+@functools.lru_cache(maxsize=512)
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Compile a path glob: ``*`` any run (dots included, captured as a group), ``?`` one character.
 
     Unlike fnmatch, ``[`` and ``]`` are literal, so bracket segments of the
-    path syntax (``d["x y"]``, ``d[3]``) can be matched as written.
+    path syntax (``d["x y"]``, ``d[3]``) can be matched as written. The
+    groups let a caller reuse what ``*`` matched (optimizer state renames).
+
+    >>> glob_regex("encoder.*").fullmatch("encoder.layers.0.weight").group(1)
+    'layers.0.weight'
     """
     out = []
     for c in pattern:
         if c == "*":
-            out.append(".*")
+            out.append("(.*)")
         elif c == "?":
             out.append(".")
         else:
@@ -612,16 +616,25 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL)
 
 
-def _matcher(pattern: Any) -> Callable[[str], bool]:
+def matcher(pattern: Any, where: str = "filter") -> Callable[[str], bool]:
+    """A predicate ``(path_str) -> bool`` for a glob, a collection of globs or a callable.
+
+    The one path-pattern syntax of ember: :func:`filter`, optimizer groups,
+    freezing and state surgery all use it. ``where`` names the caller in the
+    error for a pattern of another type.
+
+    >>> matcher("*.bias")("layers.0.bias")
+    True
+    """
     if isinstance(pattern, str):
-        rx = _glob(pattern)
+        rx = glob_regex(pattern)
         return lambda s: rx.fullmatch(s) is not None
-    if isinstance(pattern, (list, tuple)) and builtins.all(isinstance(p, str) for p in pattern):
-        rxs = [_glob(p) for p in pattern]
+    if isinstance(pattern, (list, tuple, set, frozenset)) and builtins.all(isinstance(p, str) for p in pattern):
+        rxs = [glob_regex(p) for p in pattern]
         return lambda s: builtins.any(r.fullmatch(s) is not None for r in rxs)
     if callable(pattern):
         return lambda s: bool(pattern(s))
-    raise TypeError(BAD_PATTERN.format(type=type(pattern).__name__))
+    raise TypeError(BAD_PATTERN.format(where=where, type=type(pattern).__name__))
 
 
 def filter(  # noqa: A001
@@ -637,7 +650,7 @@ def filter(  # noqa: A001
     dots, ``?`` is one character, brackets are literal), a list of globs (any
     matches), or a ``callable(path_str) -> bool``.
     """
-    match = _matcher(pattern)
+    match = matcher(pattern)
     out, td = flatten(tree, is_leaf)
     result = {}
     for p, leaf in zip(td.paths(), out):
