@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 from ._rules import COMPUTE, MEMORY
 from ._tensor import Tensor, raw_value
-from ._trace import Trace, _accumulate, active_traces
+from ._trace import Trace, _accumulate, active_traces, route_to_slot
 
 __all__ = [
     "STRATEGIES",
@@ -367,12 +367,7 @@ def backward_remat(trace: Trace, seeds, retain: bool = False) -> None:
             node.g = None
             rule = node.rule
             if rule.select:
-                parent = node.parents[0]
-                slots = parent.g
-                if slots is None:
-                    slots = parent.g = [None] * len(parent.ans)
-                i = node.index
-                slots[i] = g if slots[i] is None else slots[i] + g
+                route_to_slot(node, g)
                 continue
             ans = node.ans
             if ans is DROPPED:

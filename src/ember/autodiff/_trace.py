@@ -88,9 +88,19 @@ class Node:
 
 
 def _accumulate(node, g):
-    """Add cotangent ``g`` into ``node.g`` (or slot ``index`` of a multi-output node)."""
+    """Add cotangent ``g`` into ``node.g``."""
     old = node.g
     node.g = g if old is None else old + g
+
+
+def route_to_slot(node, g) -> None:
+    """Add ``g``, the cotangent of output ``node.index`` of a multi-output node, into its slot."""
+    parent = node.parents[0]
+    slots = parent.g
+    if slots is None:
+        slots = parent.g = [None] * len(parent.ans)
+    i = node.index
+    slots[i] = g if slots[i] is None else slots[i] + g
 
 
 def backward(trace: Trace, seeds, retain: bool = False) -> None:
@@ -116,13 +126,8 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
             continue
         node.g = None
         rule = node.rule
-        if rule.select:  # output i of a multi-output node: route into its slot
-            parent = node.parents[0]
-            slots = parent.g
-            if slots is None:
-                slots = parent.g = [None] * len(parent.ans)
-            i = node.index
-            slots[i] = g if slots[i] is None else slots[i] + g
+        if rule.select:
+            route_to_slot(node, g)
             continue
         if rule.nout > 1:
             g = rule.fill_cotangents(node.ns, g, node.ans)
