@@ -56,6 +56,23 @@ def namespace(xp, *, name: str | None = None) -> types.ModuleType:
     return mod
 
 
+def install(modname: str, backend: str) -> types.ModuleType:
+    """Make module ``modname`` the wrapper namespace of ``backend`` (the ready-made modules).
+
+    ``sys.modules`` gets the namespace under ``modname`` and its extensions
+    under ``modname.linalg`` / ``modname.fft``, so ``import ember.autodiff.numpy``
+    and ``import ember.autodiff.numpy.linalg`` both work (the official suite
+    imports namespaces by dotted name).
+    """
+    import sys
+
+    mod = sys.modules[modname] = namespace(backend, name=modname)
+    for ext in ("linalg", "fft"):
+        if hasattr(mod, ext):
+            sys.modules[f"{modname}.{ext}"] = getattr(mod, ext)
+    return mod
+
+
 def op_error(op: str, exc: Exception, args) -> Exception:
     """Turn a backend exception into one that names the op, shapes and dtypes."""
     from .._errors import EmberError
@@ -198,6 +215,7 @@ class _Dispatcher:
 
         self.version = _api_version(bxp)
         self.fixes = _wrappers.backend_fixes(bxp)  # corrected elementwise functions
+        self.record = self._recorder()
         self._build_functions()
         self._build_tensor_methods()
         self._build_constants()
@@ -379,27 +397,7 @@ class _Dispatcher:
         rule = RULES.get(name)
         if rule is not None and rule.nout != 1:
             return _GENERAL
-        try:
-            out = impl(*raw, **params)
-        except Exception as e:
-            raise op_error(name, e, raw) from e
-        if out.__class__ is not self.A:
-            if rule is None or isinstance(out, (tuple, list)):
-                return self.wrap_out(out)
-            out = self.xp.asarray(out)  # a backend scalar such as numpy.float64
-        ans = make(out, None)
-        if rule is None:
-            return ans
-        ok = self.floating.get(out.dtype)
-        if ok is None:
-            ok = self.is_differentiable(ans)
-        if not ok:
-            return ans
-        node = Node(rule, tuple(inner), params, tuple(parents), ans, top, self.module)
-        top.nodes.append(node)
-        if top.saver is not None:
-            top.saver(node, impl)
-        return make(ans, node)
+        return self.record(name, impl, raw, tuple(inner), tuple(parents), top, params)
 
     def is_differentiable(self, t) -> bool:
         """Whether a result of this dtype can carry a gradient (floating or complex)."""
@@ -445,24 +443,28 @@ class _Dispatcher:
         return f
 
     def _recorder(self):
-        """``record(name, impl, raw_args, inner, parents, top)``: one traced op, one level deep.
+        """``record(name, impl, raw_args, inner, parents, top, params)``: one traced op, one level deep.
 
-        The elementwise functions call it directly when their tracked inputs
-        sit one level above backend arrays (the common case), skipping the
-        general path's argument normalisation.
+        Runs the backend function and records a node when the op has a rule and
+        a floating result. The elementwise functions call it directly when their
+        tracked inputs sit one level above backend arrays (the common case),
+        skipping the general path's argument normalisation; ``record_one_level``
+        calls it for every other single-output op.
         """
         A, make, coerce, floating, mod = self.A, self.make, self.xp.asarray, self.floating, self.module
-        is_diff = self.is_differentiable
+        is_diff, wrap_out = self.is_differentiable, self.wrap_out
 
-        def record(name, impl, raw_args, inner, parents, top):
+        def record(name, impl, raw_args, inner, parents, top, params=_NOPARAMS):
             try:
-                v = impl(*raw_args)
+                v = impl(*raw_args, **params) if params else impl(*raw_args)
             except Exception as e:
                 raise op_error(name, e, raw_args) from e
-            if v.__class__ is not A:
-                v = coerce(v)
-            ans = make(v, None)
             rule = RULES.get(name)
+            if v.__class__ is not A:
+                if rule is None or isinstance(v, (tuple, list)):
+                    return wrap_out(v)  # constants (several outputs only without a rule)
+                v = coerce(v)  # a backend scalar such as numpy.float64
+            ans = make(v, None)
             if rule is None:
                 return ans
             ok = floating.get(v.dtype)
@@ -470,7 +472,7 @@ class _Dispatcher:
                 ok = is_diff(ans)
             if not ok:
                 return ans
-            node = Node(rule, inner, _NOPARAMS, parents, ans, top, mod)
+            node = Node(rule, inner, params, parents, ans, top, mod)
             top.nodes.append(node)
             if top.saver is not None:
                 top.saver(node, impl)
@@ -480,7 +482,7 @@ class _Dispatcher:
 
     def _unary(self, name, raw):
         T, A, make, call, coerce = self.T, self.A, self.make, self.call, self.xp.asarray
-        record = self._recorder()
+        record = self.record
 
         def f(x, /):
             if x.__class__ is T:
@@ -502,7 +504,7 @@ class _Dispatcher:
 
     def _binary(self, name, raw):
         T, A, make, call, coerce = self.T, self.A, self.make, self.call, self.xp.asarray
-        record = self._recorder()
+        record = self.record
 
         def traced(x1, x2, c1, c2):
             """Both operands one level deep (or constants) on one active trace, else None."""
