@@ -4,11 +4,6 @@
 array API standard; its arrays are ember Tensors.
 """
 
-import sys as _sys
+from ._namespace import install as _install
 
-from ._namespace import namespace as _namespace
-
-_sys.modules[__name__] = _mod = _namespace("numpy", name=__name__)
-for _ext in ("linalg", "fft"):
-    if hasattr(_mod, _ext):
-        _sys.modules[f"{__name__}.{_ext}"] = getattr(_mod, _ext)
+_install(__name__, "numpy")

@@ -62,6 +62,15 @@ def _any_raw(trees) -> bool:
     return bool(arrays) and all(not isinstance(a, Tensor) for a in arrays)
 
 
+def _tensor_args(args, nums):
+    """``(args as a list with args[nums] as Tensors, whether those were all raw arrays)``."""
+    args = list(args)
+    raw = _any_raw([args[i] for i in nums])
+    for i in nums:
+        args[i] = _tree.map(_as_tensor, args[i])
+    return args, raw
+
+
 def _transpose_vjp(f: Callable, primals: tuple):
     """``(out, push)`` where ``push(tangents) = J @ tangents`` (one tangent per primal).
 
@@ -196,10 +205,7 @@ def jacrev(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False)
 
     @functools.wraps(f)
     def wrapped(*args):
-        args = list(args)
-        raw = _any_raw([args[i] for i in nums])
-        for i in nums:
-            args[i] = _tree.map(_as_tensor, args[i])
+        args, raw = _tensor_args(args, nums)
         g = _partial(f, args, nums)
         res = vjp(g, *[args[i] for i in nums], has_aux=has_aux)
         out, pull = res[0], res[1]
@@ -259,10 +265,7 @@ def jacfwd(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 
     @functools.wraps(f)
     def wrapped(*args):
-        args = list(args)
-        raw = _any_raw([args[i] for i in nums])
-        for i in nums:
-            args[i] = _tree.map(_as_tensor, args[i])
+        args, raw = _tensor_args(args, nums)
         ins = tuple(args[i] for i in nums)
         out, push = _transpose_vjp(_partial(f, args, nums), ins)
         out_leaves, out_def = _tree.flatten(out)
