@@ -186,23 +186,26 @@ class _Dispatcher:
         class T(Tensor):
             __slots__ = ()
             _ns = mod
+            # T() makes an empty handle for the fast paths (C-level: faster than
+            # object.__new__(T)); users create tensors with xp.asarray, and
+            # ember.Tensor(...) itself still raises
+            __init__ = object.__init__
 
         T.__name__ = T.__qualname__ = "Tensor"
         T.__module__ = "ember"
         self.T = T
         mod._Tensor = T
-        new = object.__new__
 
         def wrap(v, node=None):
             if v.__class__ is not A:
                 v = coerce(v)
-            t = new(T)
+            t = T()
             t._value = v
             t._node = node
             return t
 
         def make(v, node):
-            t = new(T)
+            t = T()
             t._value = v
             t._node = node
             return t
@@ -215,6 +218,7 @@ class _Dispatcher:
 
         self.version = _api_version(bxp)
         self.fixes = _wrappers.backend_fixes(bxp)  # corrected elementwise functions
+        self.raw_ns = _raw_namespace(bxp, self.fixes, modname)
         self.record = self._recorder()
         self._build_functions()
         self._build_tensor_methods()
@@ -481,91 +485,189 @@ class _Dispatcher:
         return record
 
     def _unary(self, name, raw):
-        T, A, make, call, coerce = self.T, self.A, self.make, self.call, self.xp.asarray
-        record = self.record
+        """``name(x)``: the untracked and one-level traced cases inline, the rest through ``call``.
+
+        The hot paths build their objects directly (no helper calls): an
+        untracked op costs one backend call and one Tensor; a traced one adds
+        a tape node and the tracked handle. A unary op with a rule maps a
+        floating input to a floating result, so no dtype check is needed.
+        """
+        T, A, call, coerce, mod = self.T, self.A, self.call, self.xp.asarray, self.module
+        # a backend fix for some dtypes only (_wrappers._result_fix): call the backend
+        # function itself and correct just the results of those dtypes
+        plain, fixed, correct = getattr(raw, "plain", raw), getattr(raw, "dtypes", ()), getattr(raw, "correct", None)
 
         def f(x, /):
             if x.__class__ is T:
                 n = x._node
                 if n is None:
+                    r = x._value
                     try:
-                        v = raw(x._value)
+                        v = plain(r)
+                        if fixed and v.dtype in fixed:
+                            v = correct(r, v)
                     except Exception as e:
-                        raise op_error(name, e, (x,)) from e
-                    if v.__class__ is not A:
-                        v = coerce(v)
-                    return make(v, None)
+                        raise op_error(name, e, (r,)) from e
+                    t = T()
+                    t._value = v if v.__class__ is A else coerce(v)
+                    t._node = None
+                    return t
                 low = x._value
-                if low._node is None and n.trace.active:
-                    return record(name, raw, (low._value,), (low,), (n,), n.trace)
+                top = n.trace
+                if low._node is None and top.active:
+                    r = low._value
+                    try:
+                        v = plain(r)
+                        if fixed and v.dtype in fixed:
+                            v = correct(r, v)
+                    except Exception as e:
+                        raise op_error(name, e, (r,)) from e
+                    ans = T()
+                    ans._value = v if v.__class__ is A else coerce(v)
+                    ans._node = None
+                    rule = RULES.get(name)
+                    if rule is None:
+                        return ans
+                    node = Node(rule, (low,), _NOPARAMS, (n,), ans, top, mod)
+                    top.nodes.append(node)
+                    if top.saver is not None:  # checkpointing (autodiff/_checkpoint.py)
+                        top.saver(node, raw)
+                    t = T()
+                    t._value = ans
+                    t._node = node
+                    return t
             return call(name, raw, (x,), {})
 
         return f
 
-    def _binary(self, name, raw):
-        T, A, make, call, coerce = self.T, self.A, self.make, self.call, self.xp.asarray
-        record = self.record
+    def _binary(self, name, raw, operator=False):
+        """``name(x1, x2)``, or with ``operator`` the pair of methods ``(__op__, __rop__)``.
 
-        def traced(x1, x2, c1, c2):
-            """Both operands one level deep (or constants) on one active trace, else None."""
-            n1 = x1._node if c1 is T else None
-            n2 = x2._node if c2 is T else None
-            top = None
-            if n1 is not None:
-                l1 = x1._value
-                if l1._node is not None or not n1.trace.active:
-                    return None
-                top = n1.trace
-                r1 = l1._value
-            elif c1 is T:
-                r1 = x1._value
-                l1 = make(r1, None)  # the tape's own handle (ownership)
-            elif c1 is float or c1 is int:
-                r1 = l1 = x1
-            else:
-                return None
-            if n2 is not None:
-                l2 = x2._value
-                if l2._node is not None or not n2.trace.active or (top is not None and n2.trace is not top):
-                    return None
-                top = n2.trace
-                r2 = l2._value
-            elif c2 is T:
-                r2 = x2._value
-                l2 = make(r2, None)
-            elif c2 is float or c2 is int:
-                r2 = l2 = x2
-            else:
-                return None
-            if top is None:
-                return None
-            return record(name, raw, (r1, r2), (l1, l2), (n1, n2), top)
+        Operands that are Tensors of this namespace (untracked, or tracked one
+        level above a backend array on an active trace) or Python ``int`` /
+        ``float`` take the fast path; anything else goes through ``call``. The
+        operator form returns ``NotImplemented`` for operands it does not know,
+        so Python can try the other operand's reflected method.
+        """
+        T, A, call, coerce, mod = self.T, self.A, self.call, self.xp.asarray, self.module
+        known = (A, Tensor)
+
+        def slow(x1, x2):
+            if operator:
+                other = x2 if x1.__class__ is T else x1
+                if not (other.__class__ in _SCALARS or isinstance(other, known)):
+                    return NotImplemented
+            return call(name, raw, (x1, x2), {})
 
         def f(x1, x2, /):
             c1 = x1.__class__
             c2 = x2.__class__
-            if c1 is T and x1._node is None:
-                if c2 is T and x2._node is None:
-                    a, b = x1._value, x2._value
-                elif c2 is float or c2 is int:
-                    a, b = x1._value, x2
+            if c1 is T:
+                n1 = x1._node
+                if n1 is None:
+                    r1 = x1._value
                 else:
-                    out = traced(x1, x2, c1, c2) if c2 is T else None
-                    return out if out is not None else call(name, raw, (x1, x2), {})
-                try:
-                    v = raw(a, b)
-                except Exception as e:
-                    raise op_error(name, e, (x1, x2)) from e
-                if v.__class__ is not A:
-                    v = coerce(v)
-                return make(v, None)
-            if c1 is T or c2 is T:
-                out = traced(x1, x2, c1, c2)
-                if out is not None:
-                    return out
-            return call(name, raw, (x1, x2), {})
+                    l1 = x1._value
+                    if l1._node is not None or not n1.trace.active:
+                        return slow(x1, x2)
+                    r1 = l1._value
+            elif c1 is float or c1 is int:
+                r1 = x1
+                n1 = None
+            else:
+                return slow(x1, x2)
+            if c2 is T:
+                n2 = x2._node
+                if n2 is None:
+                    r2 = x2._value
+                else:
+                    l2 = x2._value
+                    if l2._node is not None or not n2.trace.active:
+                        return slow(x1, x2)
+                    r2 = l2._value
+            elif c2 is float or c2 is int:
+                r2 = x2
+                n2 = None
+            else:
+                return slow(x1, x2)
+            if n1 is not None and n2 is not None and n2.trace is not n1.trace:
+                return slow(x1, x2)  # two different traces: the general path orders them
+            try:
+                v = raw(r1, r2)
+            except Exception as e:
+                raise op_error(name, e, (r1, r2)) from e
+            ans = T()
+            ans._value = v if v.__class__ is A else coerce(v)
+            ans._node = None
+            if n1 is None:
+                if n2 is None:
+                    return ans
+                top = n2.trace
+            else:
+                top = n1.trace
+            rule = RULES.get(name)
+            if rule is None:
+                return ans
+            if n1 is None:  # the tape keeps its own handle on a constant (ownership)
+                if c1 is T:
+                    l1 = T()
+                    l1._value = r1
+                    l1._node = None
+                else:
+                    l1 = x1
+            if n2 is None:
+                if c2 is T:
+                    l2 = T()
+                    l2._value = r2
+                    l2._node = None
+                else:
+                    l2 = x2
+            node = Node(rule, (l1, l2), _NOPARAMS, (n1, n2), ans, top, mod)
+            top.nodes.append(node)
+            if top.saver is not None:
+                top.saver(node, raw)
+            t = T()
+            t._value = ans
+            t._node = node
+            return t
 
-        return f
+        if not operator:
+            return f
+
+        def method(self, other, /):
+            # self is a Tensor of this namespace: the untracked case needs two checks
+            if self._node is None:
+                c = other.__class__
+                if c is float or c is int:
+                    r2 = other
+                elif c is T and other._node is None:
+                    r2 = other._value
+                else:
+                    return f(self, other)
+                try:
+                    v = raw(self._value, r2)
+                except Exception as e:
+                    raise op_error(name, e, (self._value, r2)) from e
+                t = T()
+                t._value = v if v.__class__ is A else coerce(v)
+                t._node = None
+                return t
+            return f(self, other)
+
+        def rmethod(self, other, /):  # other <op> self, where other is not a Tensor
+            c = other.__class__
+            if self._node is None and (c is float or c is int):
+                try:
+                    v = raw(other, self._value)
+                except Exception as e:
+                    raise op_error(name, e, (other, self._value)) from e
+                t = T()
+                t._value = v if v.__class__ is A else coerce(v)
+                t._node = None
+                return t
+            return f(other, self)
+
+        return method, rmethod
 
     def _build_functions(self):
         from . import _wrappers
@@ -641,9 +743,16 @@ class _Dispatcher:
         coerce = self.xp.asarray
         xp = self.xp
 
+        methods: dict = {}
+
         def binop(fname, reflected):
             raw = self.fixes.get(fname) or getattr(xp, fname)
             fn = getattr(mod, fname)
+            if fname in api.BINARY:  # elementwise: the function's own fast paths, as methods
+                pair = methods.get(fname)
+                if pair is None:
+                    pair = methods[fname] = self._binary(fname, raw, operator=True)
+                return pair[1] if reflected else pair[0]
 
             if reflected:
                 def m(self, other, /):
@@ -770,6 +879,20 @@ class _Dispatcher:
 
 
 _OP_OF = {v: k for k, v in api.BINARY_OPERATORS.items()}
+
+
+def _raw_namespace(bxp, fixes, modname) -> types.ModuleType:
+    """The backend namespace with ember's corrections: what VJPs use when nothing records them.
+
+    A backward pass that no transform records runs its VJP rules on backend
+    arrays (``_trace.backward``); this namespace gives them the same values as
+    the wrapper, minus the wrapping.
+    """
+    raw = types.ModuleType(f"{modname}._raw")
+    raw.__dict__.update({k: v for k, v in vars(bxp).items() if not k.startswith("__")})
+    raw.__dict__.update(fixes)
+    raw.__getattr__ = lambda name: getattr(bxp, name)  # names the backend makes lazily
+    return raw
 
 
 def _api_version(bxp) -> str:

@@ -115,6 +115,8 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
         from ._checkpoint import backward_remat
 
         return backward_remat(trace, seeds, retain)
+    if trace.level == 1 and all(g.__class__ is g._ns._Tensor and g._node is None for _, g in seeds):
+        return _backward_raw(trace, seeds, retain)
     for node, g in seeds:
         _accumulate(node, g)
     nodes = trace.nodes
@@ -141,3 +143,91 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
             node.args = node.ans = node.params = None
     if not retain:
         nodes.clear()
+
+
+def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
+    """``backward`` when nothing records it: the VJPs run on backend arrays.
+
+    Why: the backward pass of a first-order transform with an untracked
+    cotangent is not itself differentiated, so wrapping every intermediate
+    cotangent in a Tensor is pure overhead. On a level-1 trace every saved
+    value is an untracked Tensor (or a constant); this loop unwraps them,
+    calls each rule with the backend namespace (``rule.raw``; rules that need
+    the wrapper get wrapped values), accumulates plain arrays and wraps only
+    the gradients of the leaves at the end. Same visiting order and
+    accumulation as the general loop, so the results are the same.
+    """
+    leaves = []
+    for node, g in seeds:
+        old = node.g
+        if old is None:
+            node.g = g._value
+            if node.rule is None:
+                leaves.append(node)
+        else:
+            node.g = old + g._value
+    nodes = trace.nodes
+    ns = T = R = None
+    for node in reversed(nodes):
+        g = node.g
+        if g is None:
+            if not retain:
+                node.args = node.ans = None
+            continue
+        node.g = None
+        rule = node.rule
+        if rule.select:
+            route_to_slot(node, g)
+            continue
+        if node.ns is not ns:
+            ns = node.ns
+            T = ns._Tensor
+            R = ns._dispatch.raw_ns
+        parents = node.parents
+        args = node.args
+        ans = node.ans
+        if rule.raw:
+            n = len(args)
+            if n == 1:
+                a = args[0]
+                if a.__class__ is T:
+                    args = (a._value,)
+            elif n == 2:
+                a, b = args
+                args = (a._value if a.__class__ is T else a, b._value if b.__class__ is T else b)
+            else:
+                args = tuple([a._value if a.__class__ is T else a for a in args])
+            if rule.nout > 1:
+                ans = tuple([a._value for a in ans])
+                g = rule.fill_cotangents(R, g, ans)
+            else:
+                ans = ans._value
+            try:
+                grads = rule.vjp(R, g, ans, args, node.params, parents)
+            except Exception as e:  # name the op and shapes, as the wrapper would have
+                from ._namespace import op_error
+
+                raise op_error(f"backward of {rule.name}", e, (g, *args)) from e
+        else:  # the rule needs Tensors: wrap its inputs, unwrap its results
+            wrap = ns._dispatch.make
+            if rule.nout > 1:
+                g = rule.fill_cotangents(ns, [None if x is None else wrap(x, None) for x in g], ans)
+            else:
+                g = wrap(g, None)
+            grads = [None if x is None else x._value if x.__class__ is T else x
+                     for x in rule.vjp(ns, g, ans, args, node.params, parents)]
+        for parent, gi in zip(parents, grads):
+            if parent is not None and gi is not None:
+                old = parent.g
+                if old is None:
+                    parent.g = gi
+                    if parent.rule is None:
+                        leaves.append(parent)
+                else:
+                    parent.g = old + gi
+        if not retain:
+            node.args = node.ans = node.params = None
+    if not retain:
+        nodes.clear()
+    for leaf in leaves:  # the gradients come back as Tensors, as from the general loop
+        leaf.g = leaf.ns._dispatch.wrap(leaf.g)

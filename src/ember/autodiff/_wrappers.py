@@ -336,8 +336,10 @@ def backend_fixes(xp) -> dict:
     import warnings
 
     fixes: dict = {}
-    realf = tuple(getattr(xp, n) for n in ("float32", "float64") if hasattr(xp, n))
-    cplx = tuple(getattr(xp, n) for n in ("complex64", "complex128") if hasattr(xp, n))
+    # sets of the dtypes arrays report (numpy's dtype objects, not its scalar types): a fix
+    # runs on every call, and `dtype in set` is one hash lookup where a tuple compares each
+    realf = _dtype_set(xp, ("float32", "float64"))
+    cplx = _dtype_set(xp, ("complex64", "complex128"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -390,30 +392,47 @@ def backend_fixes(xp) -> dict:
 
         fixes["expm1"] = expm1
     if bad_tanh:
-        raw_tanh = xp.tanh
 
-        def tanh(x, /):
+        def tanh(x, r):
             # spec: tanh(+-inf + bj), b finite, is +-1 + 0j with the sign of b on the zero
-            r = raw_tanh(x)
-            if r.dtype not in cplx:
-                return r
             b = xp.imag(x)
             flip = xp.isinf(xp.real(x)) & xp.isfinite(b) & (xp.signbit(xp.imag(r)) != xp.signbit(b))
             return xp.where(flip, xp.conj(r), r)
 
-        fixes["tanh"] = tanh
+        fixes["tanh"] = _result_fix(xp.tanh, cplx, tanh)
     if bad_sign:
-        raw_sign = xp.sign
 
-        def sign(x, /):
+        def sign(x, r):
             # spec: complex sign of +-0 +-0j is 0 + 0j (x / |x| gives -0 from -0)
-            r = raw_sign(x)
-            if r.dtype not in cplx:
-                return r
             return xp.where(x == 0, xp.zeros_like(r), r)
 
-        fixes["sign"] = sign
+        fixes["sign"] = _result_fix(xp.sign, cplx, sign)
     return fixes
+
+
+def _result_fix(plain, dtypes, correct):
+    """Unary ``plain`` whose results of a dtype in ``dtypes`` are corrected by ``correct(x, r)``.
+
+    The parts are kept as attributes (``plain``, ``dtypes``, ``correct``) so the
+    namespace's fast path can call the backend function directly and pay only
+    a dtype lookup on the dtypes that are fine (the common case).
+    """
+
+    def fixed(x, /):
+        r = plain(x)
+        return correct(x, r) if r.dtype in dtypes else r
+
+    fixed.plain, fixed.dtypes, fixed.correct = plain, dtypes, correct
+    return fixed
+
+
+def _dtype_set(xp, names) -> frozenset:
+    """The dtypes named ``names``, as arrays of backend ``xp`` report them."""
+    out = set()
+    for n in names:
+        if hasattr(xp, n):
+            out.add(xp.empty((0,), dtype=getattr(xp, n)).dtype)
+    return frozenset(out)
 
 
 SIGNATURE_MISMATCH = (

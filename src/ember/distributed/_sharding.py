@@ -34,7 +34,7 @@ def _vjp(ns, g, ans, x, *, chunks):
     return with_sharding(g, sharding(x))
 
 
-defvjp("with_sharding", _vjp)
+defvjp("with_sharding", _vjp, raw=False)  # with_sharding and sharding take Tensors
 
 
 def _check_known(op: str, a, what: str) -> None:

@@ -16,6 +16,12 @@ Register a rule per argument, like HIPS autograd's ``defvjp``::
 Each function receives ``(ns, g, ans, *args, **params)`` and returns the
 cotangent of its argument (already reduced to that argument's shape).
 Use ``None`` for an argument that never carries a gradient.
+
+When nothing records the backward pass (no outer transform, an untracked
+cotangent), it runs each VJP on the backend's arrays with the backend's own
+namespace instead of the wrapper (no wrapping per op; see
+``_trace.backward``). A VJP that needs the wrapper (its private helpers,
+Tensor attributes) is registered with ``raw=False``.
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ RULES: dict[str, "Rule"] = {}
 class Rule:
     """VJP rule of one primitive plus its memory class."""
 
-    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic")
+    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw")
 
-    def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True):
+    def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True,
+                 raw=True):
         if bound not in (COMPUTE, MEMORY):
             raise ValueError(f"rule {name!r}: bound must be 'compute' or 'memory', not {bound!r}")
         self.name = name
@@ -44,6 +51,7 @@ class Rule:
         self.nout = nout
         self.select = select
         self.deterministic = deterministic
+        self.raw = raw  # the VJP also runs on backend arrays with the backend namespace
 
     def fill_cotangents(self, ns, gs, ans):
         """Replace missing cotangents of a multi-output node by zeros."""
@@ -88,20 +96,21 @@ def _per_argument(fns: Sequence[Callable | None]):
     return vjp
 
 
-def defvjp(name: str, *fns: Callable | None, bound: str = MEMORY, nout: int = 1) -> Rule:
+def defvjp(name: str, *fns: Callable | None, bound: str = MEMORY, nout: int = 1,
+           raw: bool = True) -> Rule:
     """Register per-argument VJPs ``fns[i](ns, g, ans, *args, **params)`` for ``name``."""
-    rule = Rule(name, _per_argument(fns), bound=bound, nout=nout)
+    rule = Rule(name, _per_argument(fns), bound=bound, nout=nout, raw=raw)
     RULES[name] = rule
     return rule
 
 
 def defvjp_all(name: str, fn: Callable, *, bound: str = MEMORY, nout: int = 1,
-               deterministic: bool = True) -> Rule:
+               deterministic: bool = True, raw: bool = True) -> Rule:
     """Register one VJP ``fn(ns, g, ans, args, params, parents) -> list`` for all arguments.
 
     Used where arguments are variadic (concat, stack) or share work.
     """
-    rule = Rule(name, fn, bound=bound, nout=nout, deterministic=deterministic)
+    rule = Rule(name, fn, bound=bound, nout=nout, deterministic=deterministic, raw=raw)
     RULES[name] = rule
     return rule
 

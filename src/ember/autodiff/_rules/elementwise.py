@@ -197,4 +197,4 @@ def _clip_hi(ns, g, ans, x, lo, hi):
 defvjp("clip", _clip_x, _clip_lo, _clip_hi)
 defvjp("astype", lambda ns, g, ans, x, dtype, **kw: fit(ns, g, x))
 defvjp("copy", lambda ns, g, ans, x: g)
-defvjp("_to_device", lambda ns, g, ans, x: g.to_device(x.device))
+defvjp("_to_device", lambda ns, g, ans, x: g.to_device(x.device), raw=False)  # Tensor.to_device

@@ -90,8 +90,10 @@ def _take_along(ns, g, ans, x, indices, *, axis=-1):
     return ns._index_add(ns.zeros_like(x), g, key=tuple(key))
 
 
-defvjp("getitem", _getitem)
-defvjp("setitem", _setitem_x, _setitem_v)
-defvjp("index_add", lambda ns, g, ans, x, v, *, key: g, lambda ns, g, ans, x, v, *, key: fit(ns, g[key], v))
-defvjp("take", _take, None)
-defvjp("take_along_axis", _take_along, None)
+# these VJPs use the wrapper's functional updates (ns._setitem, ns._index_add): raw=False
+defvjp("getitem", _getitem, raw=False)
+defvjp("setitem", _setitem_x, _setitem_v, raw=False)
+defvjp("index_add", lambda ns, g, ans, x, v, *, key: g,
+       lambda ns, g, ans, x, v, *, key: fit(ns, g[key], v), raw=False)
+defvjp("take", _take, None, raw=False)
+defvjp("take_along_axis", _take_along, None, raw=False)
