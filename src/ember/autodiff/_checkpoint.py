@@ -523,7 +523,7 @@ def memory_report(f: Callable, *args, strategies=STRATEGIES, **kwargs) -> Memory
     """
     from .. import tree as _tree
     from ._namespace import namespace
-    from ._trace import Node
+    from ._trace import make_node
 
     out = {}
     for strategy in strategies:
@@ -539,7 +539,7 @@ def memory_report(f: Callable, *args, strategies=STRATEGIES, **kwargs) -> Memory
                         t = namespace(x).asarray(x) if not isinstance(x, Tensor) else x
                         ns = type(t)._ns
                         if ns._dispatch.is_differentiable(t):
-                            t = ns._dispatch.make(t, Node(None, None, None, (), None, trace, ns))
+                            t = ns._dispatch.make(t, make_node(None, None, None, (), None, trace, ns))
                         new.append(t)
                     else:
                         new.append(x)

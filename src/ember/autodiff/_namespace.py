@@ -25,7 +25,7 @@ from .._errors import ConsumedError
 from ._ownership import Owned, as_operand, claim, fail_claims, run_owned, same_twice
 from ._rules import RULES, SELECT
 from ._tensor import Tensor, mixing_error, raw_value
-from ._trace import Node, active_traces
+from ._trace import Node, make_node, active_traces
 
 __all__ = ["namespace"]
 
@@ -219,6 +219,8 @@ class _Dispatcher:
         self.version = _api_version(bxp)
         self.fixes = _wrappers.backend_fixes(bxp)  # corrected elementwise functions
         self.raw_ns = _raw_namespace(bxp, self.fixes, modname)
+        # the complex dtypes, for the rules' conjugation test (_rules/_util.is_complex)
+        mod._complex = self.raw_ns._complex = _wrappers._dtype_set(bxp, ("complex64", "complex128"))
         self.record = self._recorder()
         self._build_functions()
         self._build_tensor_methods()
@@ -339,19 +341,19 @@ class _Dispatcher:
         if rule.nout == 1:
             if not self.is_differentiable(ans):
                 return ans
-            node = Node(rule, inner, params, tuple(parents), ans, top, self.module)
+            node = make_node(rule, inner, params, tuple(parents), ans, top, self.module)
             top.nodes.append(node)
             if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
                 top.saver(node, impl)
             return self.make(ans, node)
-        node = Node(rule, inner, params, tuple(parents), tuple(ans), top, self.module)
+        node = make_node(rule, inner, params, tuple(parents), tuple(ans), top, self.module)
         top.nodes.append(node)
         if top.saver is not None:
             top.saver(node, impl)
         outs = []
         for i, a in enumerate(ans):
             if self.is_differentiable(a):
-                sel = Node(SELECT, None, None, (node,), None, top, self.module, index=i)
+                sel = make_node(SELECT, None, None, (node,), None, top, self.module, index=i)
                 top.nodes.append(sel)
                 outs.append(self.make(a, sel))
             else:
@@ -476,7 +478,7 @@ class _Dispatcher:
                 ok = is_diff(ans)
             if not ok:
                 return ans
-            node = Node(rule, inner, params, parents, ans, top, mod)
+            node = make_node(rule, inner, params, parents, ans, top, mod)
             top.nodes.append(node)
             if top.saver is not None:
                 top.saver(node, impl)
@@ -528,7 +530,15 @@ class _Dispatcher:
                     rule = RULES.get(name)
                     if rule is None:
                         return ans
-                    node = Node(rule, (low,), _NOPARAMS, (n,), ans, top, mod)
+                    node = Node()  # make_node, inlined: this is the hottest path
+                    node.rule = rule
+                    node.args = (low,)
+                    node.params = _NOPARAMS
+                    node.parents = (n,)
+                    node.ans = ans
+                    node.g = node.index = None
+                    node.trace = top
+                    node.ns = mod
                     top.nodes.append(node)
                     if top.saver is not None:  # checkpointing (autodiff/_checkpoint.py)
                         top.saver(node, raw)
@@ -622,7 +632,15 @@ class _Dispatcher:
                     l2._node = None
                 else:
                     l2 = x2
-            node = Node(rule, (l1, l2), _NOPARAMS, (n1, n2), ans, top, mod)
+            node = Node()  # make_node, inlined
+            node.rule = rule
+            node.args = (l1, l2)
+            node.params = _NOPARAMS
+            node.parents = (n1, n2)
+            node.ans = ans
+            node.g = node.index = None
+            node.trace = top
+            node.ns = mod
             top.nodes.append(node)
             if top.saver is not None:
                 top.saver(node, raw)

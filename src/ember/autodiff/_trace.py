@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import weakref
 
-__all__ = ["Trace", "Node", "active_traces", "live_traces", "backward"]
+__all__ = ["Trace", "Node", "make_node", "active_traces", "live_traces", "backward"]
 
 #: Stack of traces that are open right now, innermost last.
 active_traces: list = []
@@ -70,21 +70,28 @@ class Node:
     """
 
     __slots__ = ("rule", "args", "params", "parents", "ans", "g", "trace", "ns", "index")
-
-    def __init__(self, rule, args, params, parents, ans, trace, ns, index=None):
-        self.rule = rule
-        self.args = args
-        self.params = params
-        self.parents = parents
-        self.ans = ans
-        self.g = None
-        self.trace = trace
-        self.ns = ns
-        self.index = index
+    # Node() then filling the slots is twice as fast as a Python __init__; the
+    # elementwise fast paths do that inline, everything else calls make_node
+    __init__ = object.__init__
 
     def __repr__(self):
         name = self.rule.name if self.rule is not None else "leaf"
         return f"<Node {name} level={self.trace.level}>"
+
+
+def make_node(rule, args, params, parents, ans, trace, ns, index=None) -> Node:
+    """A new tape node (see :class:`Node` for the fields); ``g`` starts empty."""
+    n = Node()
+    n.rule = rule
+    n.args = args
+    n.params = params
+    n.parents = parents
+    n.ans = ans
+    n.g = None
+    n.trace = trace
+    n.ns = ns
+    n.index = index
+    return n
 
 
 def _accumulate(node, g):
@@ -153,19 +160,16 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
     cotangent in a Tensor is pure overhead. On a level-1 trace every saved
     value is an untracked Tensor (or a constant); this loop unwraps them,
     calls each rule with the backend namespace (``rule.raw``; rules that need
-    the wrapper get wrapped values), accumulates plain arrays and wraps only
-    the gradients of the leaves at the end. Same visiting order and
-    accumulation as the general loop, so the results are the same.
+    the wrapper get wrapped values) and accumulates plain arrays. The leaves
+    keep plain arrays too (the transforms wrap them, see
+    ``func._transforms._gradients``). Same visiting order and accumulation
+    as the general loop, so the results are the same.
+
+    Nodes of one- and two-argument rules without parameters (the elementwise
+    ops) take a branch that calls the per-argument VJPs directly.
     """
-    leaves = []
     for node, g in seeds:
-        old = node.g
-        if old is None:
-            node.g = g._value
-            if node.rule is None:
-                leaves.append(node)
-        else:
-            node.g = old + g._value
+        _accumulate(node, g._value)
     nodes = trace.nodes
     ns = T = R = None
     for node in reversed(nodes):
@@ -176,27 +180,52 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
             continue
         node.g = None
         rule = node.rule
-        if rule.select:
-            route_to_slot(node, g)
-            continue
         if node.ns is not ns:
             ns = node.ns
             T = ns._Tensor
             R = ns._dispatch.raw_ns
-        parents = node.parents
         args = node.args
+        fns = rule.fns
+        if fns is not None and len(fns) == len(args) < 3 and not node.params:
+            ans = node.ans._value
+            try:
+                if len(args) == 1:
+                    a = args[0]
+                    gi = fns[0](R, g, ans, a._value if a.__class__ is T else a)
+                    p = node.parents[0]
+                    old = p.g
+                    p.g = gi if old is None else old + gi
+                else:
+                    a, b = args
+                    if a.__class__ is T:
+                        a = a._value
+                    if b.__class__ is T:
+                        b = b._value
+                    p, q = node.parents
+                    if p is not None:
+                        f = fns[0]
+                        if f is not None:
+                            gi = f(R, g, ans, a, b)
+                            old = p.g
+                            p.g = gi if old is None else old + gi
+                    if q is not None:
+                        f = fns[1]
+                        if f is not None:
+                            gi = f(R, g, ans, a, b)
+                            old = q.g
+                            q.g = gi if old is None else old + gi
+            except Exception as e:
+                raise _backward_error(rule, e, g, args) from e
+            if not retain:
+                node.args = node.ans = None
+            continue
+        if rule.select:
+            route_to_slot(node, g)
+            continue
+        parents = node.parents
         ans = node.ans
         if rule.raw:
-            n = len(args)
-            if n == 1:
-                a = args[0]
-                if a.__class__ is T:
-                    args = (a._value,)
-            elif n == 2:
-                a, b = args
-                args = (a._value if a.__class__ is T else a, b._value if b.__class__ is T else b)
-            else:
-                args = tuple([a._value if a.__class__ is T else a for a in args])
+            args = tuple([a._value if a.__class__ is T else a for a in args])
             if rule.nout > 1:
                 ans = tuple([a._value for a in ans])
                 g = rule.fill_cotangents(R, g, ans)
@@ -204,10 +233,8 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
                 ans = ans._value
             try:
                 grads = rule.vjp(R, g, ans, args, node.params, parents)
-            except Exception as e:  # name the op and shapes, as the wrapper would have
-                from ._namespace import op_error
-
-                raise op_error(f"backward of {rule.name}", e, (g, *args)) from e
+            except Exception as e:
+                raise _backward_error(rule, e, g, args) from e
         else:  # the rule needs Tensors: wrap its inputs, unwrap its results
             wrap = ns._dispatch.make
             if rule.nout > 1:
@@ -219,15 +246,15 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
         for parent, gi in zip(parents, grads):
             if parent is not None and gi is not None:
                 old = parent.g
-                if old is None:
-                    parent.g = gi
-                    if parent.rule is None:
-                        leaves.append(parent)
-                else:
-                    parent.g = old + gi
+                parent.g = gi if old is None else old + gi
         if not retain:
             node.args = node.ans = node.params = None
     if not retain:
         nodes.clear()
-    for leaf in leaves:  # the gradients come back as Tensors, as from the general loop
-        leaf.g = leaf.ns._dispatch.wrap(leaf.g)
+
+
+def _backward_error(rule, exc, g, args):
+    """A backend error inside a VJP, naming the op and the shapes as the wrapper would."""
+    from ._namespace import op_error
+
+    return op_error(f"backward of {rule.name}", exc, (g, *args))

@@ -23,7 +23,7 @@ from .._errors import NotDifferentiableError
 from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import share as _share
 from ..autodiff._tensor import raw_value
-from ..autodiff._trace import Node, Trace, backward
+from ..autodiff._trace import Trace, backward, make_node
 
 __all__ = ["grad", "value_and_grad", "vjp", "stop_gradient"]
 
@@ -59,7 +59,7 @@ def _track(x, trace: Trace) -> _Leaf | None:
     ns = type(t)._ns
     if not ns._dispatch.is_differentiable(t):
         return None
-    node = Node(None, None, None, (), None, trace, ns)
+    node = make_node(None, None, None, (), None, trace, ns)
     return _Leaf(ns._dispatch.make(t, node), node, raw_input, x)
 
 
@@ -104,7 +104,9 @@ def _gradients(per_arg, unused):
                     gs.append(None)
                     continue
                 g = type(t.tensor)._ns.zeros_like(t.tensor._value)
-            elif g.dtype != t.tensor.dtype or g.shape != t.tensor.shape:
+            elif not isinstance(g, Tensor):  # a backend array, from the raw backward pass
+                g = type(t.tensor)._ns._wrap(g)
+            if g.dtype != t.tensor.dtype or g.shape != t.tensor.shape:
                 g = _fit_leaf(g, t.tensor)
             gs.append(raw_value(g) if t.raw_input else g)
         out.append(_tree.unflatten(treedef, gs))

@@ -39,7 +39,7 @@ RULES: dict[str, "Rule"] = {}
 class Rule:
     """VJP rule of one primitive plus its memory class."""
 
-    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw")
+    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns")
 
     def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True,
                  raw=True):
@@ -52,6 +52,9 @@ class Rule:
         self.select = select
         self.deterministic = deterministic
         self.raw = raw  # the VJP also runs on backend arrays with the backend namespace
+        # per-argument VJPs (defvjp) that the raw backward may call directly
+        fns = getattr(vjp, "fns", None)
+        self.fns = fns if raw and nout == 1 and not select and fns and fns[0] is not None else None
 
     def fill_cotangents(self, ns, gs, ans):
         """Replace missing cotangents of a multi-output node by zeros."""
@@ -69,7 +72,7 @@ def _per_argument(fns: Sequence[Callable | None]):
         def vjp1(ns, g, ans, args, params, parents):
             if parents[0] is None or f0 is None:
                 return (None,)
-            return (f0(ns, g, ans, *args, **params),)
+            return (f0(ns, g, ans, *args, **params) if params else f0(ns, g, ans, *args),)
 
         vjp1.fns = tuple(fns)
         return vjp1
@@ -78,9 +81,14 @@ def _per_argument(fns: Sequence[Callable | None]):
 
         def vjp2(ns, g, ans, args, params, parents):
             p0, p1 = parents
+            if params:
+                return (
+                    None if p0 is None or f0 is None else f0(ns, g, ans, *args, **params),
+                    None if p1 is None or f1 is None else f1(ns, g, ans, *args, **params),
+                )
             return (
-                None if p0 is None or f0 is None else f0(ns, g, ans, *args, **params),
-                None if p1 is None or f1 is None else f1(ns, g, ans, *args, **params),
+                None if p0 is None or f0 is None else f0(ns, g, ans, *args),
+                None if p1 is None or f1 is None else f1(ns, g, ans, *args),
             )
 
         vjp2.fns = tuple(fns)

@@ -3,17 +3,26 @@ and conjugate where an input is complex (PyTorch's convention, see ``elementwise
 
 from __future__ import annotations
 
-_COMPLEX: dict = {}  # namespace -> {dtype: is complex}; per namespace so dtypes of two
-#                       libraries are never compared (array_api_strict warns on that)
+_COMPLEX: dict = {}  # namespace -> {dtype: is complex}, for namespaces ember did not build;
+#                       per namespace so dtypes of two libraries are never compared
+#                       (array_api_strict warns on that)
 
 
 def is_complex(ns, x) -> bool:
-    """Whether ``x`` (a Tensor or a Python scalar) is complex; two dict lookups per call."""
+    """Whether ``x`` (an array, Tensor or Python scalar) is complex.
+
+    Namespaces ember builds (wrappers and their raw twins) carry the set of
+    their complex dtypes as ``_complex``: one set lookup.
+    """
     c = x.__class__
     if c is float or c is int or c is bool:
         return False
     if c is complex:
         return True
+    try:
+        return x.dtype in ns._complex
+    except AttributeError:
+        pass
     dt = x.dtype
     table = _COMPLEX.get(ns)
     if table is None:
@@ -26,7 +35,10 @@ def is_complex(ns, x) -> bool:
 
 def cj(ns, d):
     """``conj(d)`` if ``d`` is complex, else ``d`` itself (no array op for real dtypes)."""
-    if d.__class__ is complex:
+    c = d.__class__
+    if c is float or c is int:
+        return d
+    if c is complex:
         return d.conjugate()
     return ns.conj(d) if is_complex(ns, d) else d
 
@@ -38,9 +50,11 @@ def fit(ns, g, x):
     A complex ``g`` for a real ``x`` keeps its real part (the gradient of a
     real input under PyTorch's convention).
     """
-    shape = tuple(x.shape)
-    gshape = tuple(g.shape)
+    shape = x.shape
+    gshape = g.shape
     if gshape != shape:
+        shape = tuple(shape)
+        gshape = tuple(gshape)
         lead = len(gshape) - len(shape)
         if lead < 0:  # x had leading 1s that the op dropped (e.g. a value written by setitem)
             return fit(ns, ns.reshape(g, (1,) * -lead + gshape), x)
@@ -50,7 +64,8 @@ def fit(ns, g, x):
         if axes:
             g = ns.sum(g, axis=axes, keepdims=True)
         g = ns.reshape(g, shape)
-    if g.dtype != x.dtype:
+    gd = g.dtype
+    if gd is not x.dtype and gd != x.dtype:  # builtin dtypes are singletons: `is` decides
         if is_complex(ns, g) and not is_complex(ns, x):
             g = ns.real(g)
         g = ns.astype(g, x.dtype)

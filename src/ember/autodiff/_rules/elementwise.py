@@ -34,7 +34,7 @@ import cmath
 import math
 
 from ._base import defvjp
-from ._util import cj, fit
+from ._util import cj, fit, is_complex
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -44,7 +44,8 @@ def _holo(deriv):
     """Per-argument VJP ``g * conj(deriv(ns, ans, x))`` of a holomorphic unary function."""
 
     def vjp(ns, g, ans, x):
-        return g * cj(ns, deriv(ns, ans, x))
+        d = deriv(ns, ans, x)
+        return g * (ns.conj(d) if is_complex(ns, d) else d)  # cj, inlined (hot)
 
     return vjp
 
