@@ -54,13 +54,17 @@ class _Leaf:
 def _track(x, trace: Trace) -> _Leaf | None:
     """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating."""
     raw_input = not isinstance(x, Tensor)
-    # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
-    t = namespace(x).asarray(x) if raw_input else _share(x)
-    ns = type(t)._ns
-    if not ns._dispatch.is_differentiable(t):
+    if raw_input:
+        t = namespace(x).asarray(x)
+    elif x.__class__ is getattr(type(x)._ns, "_Tensor", None):  # a live Tensor (the usual case)
+        t = x._ns._dispatch.make(x._value, x._node)  # a fresh handle: the tape never holds
+    else:  # consume() markers, dead tensors: share() says what is wrong   the caller's object
+        t = _share(x)
+    d = type(t)._ns._dispatch
+    if not d.is_differentiable(t):
         return None
-    node = make_node(None, None, None, (), None, trace, ns)
-    return _Leaf(ns._dispatch.make(t, node), node, raw_input, x)
+    node = make_node(None, None, None, (), None, trace, d.module)
+    return _Leaf(d.make(t, node), node, raw_input, x)
 
 
 def _lower(x, trace: Trace):
@@ -71,23 +75,44 @@ def _lower(x, trace: Trace):
     return x
 
 
+def _handle(t: _Leaf):
+    """The function's own handle on a tracked leaf (it may consume it; the tape keeps its own)."""
+    x = t.tensor
+    return x._ns._dispatch.make(x._value, x._node)
+
+
 def _trace_args(args, argnums, trace):
-    """Replace the arrays of ``args[argnums]`` by tracked tensors; return bookkeeping."""
+    """Replace the arrays of ``args[argnums]`` by tracked tensors; return bookkeeping.
+
+    Returns ``(args, per_arg, raw_only)``: ``raw_only`` says every tracked leaf
+    came in as a raw backend array (at least one did), so results go back raw.
+    """
     args = list(args)
     per_arg = []
+    raw_only = None
     for i in argnums:
         if i >= len(args) or i < -len(args):
             raise TypeError(
                 f"argnums includes {i} but the function was called with {len(args)} positional "
                 "arguments"
             )
-        leaves, treedef = _tree.flatten(args[i])
-        tracked = [_track(x, trace) for x in leaves]
-        args[i] = _tree.unflatten(
-            treedef, [x if t is None else _share(t.tensor) for x, t in zip(leaves, tracked)]  # own handle: f may consume it
-        )
+        a = args[i]
+        if isinstance(a, Tensor):  # one tensor: no structure to walk
+            t = _track(a, trace)
+            leaves, treedef, tracked = [a], None, [t]
+            if t is not None:
+                args[i] = _handle(t)
+        else:
+            leaves, treedef = _tree.flatten(a)
+            tracked = [_track(x, trace) for x in leaves]
+            args[i] = _tree.unflatten(
+                treedef, [x if t is None else _handle(t) for x, t in zip(leaves, tracked)]
+            )
+        for t in tracked:
+            if t is not None:
+                raw_only = t.raw_input if raw_only is None else raw_only and t.raw_input
         per_arg.append((treedef, leaves, tracked))
-    return args, per_arg
+    return args, per_arg, bool(raw_only)
 
 
 def _gradients(per_arg, unused):
@@ -105,12 +130,18 @@ def _gradients(per_arg, unused):
                     continue
                 g = type(t.tensor)._ns.zeros_like(t.tensor._value)
             elif not isinstance(g, Tensor):  # a backend array, from the raw backward pass
-                g = type(t.tensor)._ns._wrap(g)
+                g = t.tensor._ns._wrap(g)
             if g.dtype != t.tensor.dtype or g.shape != t.tensor.shape:
                 g = _fit_leaf(g, t.tensor)
             gs.append(raw_value(g) if t.raw_input else g)
-        out.append(_tree.unflatten(treedef, gs))
+        out.append(gs[0] if treedef is None else _tree.unflatten(treedef, gs))
     return out
+
+
+def _ones_like(value):
+    """The seed cotangent of ``value``: ones of its shape and dtype, untracked."""
+    ns = value._ns
+    return ns._wrap(ns._dispatch.raw_ns.ones_like(raw_value(value)))
 
 
 def _fit_leaf(g, x):
@@ -164,7 +195,7 @@ def value_and_grad(
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
         with Trace(checkpointing) as trace:
-            targs, per_arg = _trace_args(args, nums, trace)
+            targs, per_arg, raw_only = _trace_args(args, nums, trace)
             res = f(*targs, **kwargs)
         aux = None
         if has_aux:
@@ -176,15 +207,13 @@ def value_and_grad(
             res, aux = res
             aux = _tree.map(lambda a: _lower(a, trace), aux)
         value = _scalar_output("grad", res, trace)
-        if isinstance(value, Tensor) and value._node is not None and value._node.trace is trace:
-            seed = type(value)._ns.ones_like(value._value)
-            backward(trace, [(value._node, seed)])
+        node = value._node if isinstance(value, Tensor) else None
+        if node is not None and node.trace is trace:
             value = value._value
+            backward(trace, [(node, _ones_like(value))])
         grads = _gradients(per_arg, unused)
-        if per_arg and all(t is None or t.raw_input for _, _, ts in per_arg for t in ts) and any(
-            t is not None for _, _, ts in per_arg for t in ts
-        ):
-            value = raw_value(value) if isinstance(value, Tensor) else value
+        if raw_only and isinstance(value, Tensor):
+            value = raw_value(value)
         g = grads[0] if single else tuple(grads)
         return ((value, aux), g) if has_aux else (value, g)
 
@@ -247,7 +276,7 @@ def vjp(f: Callable, *primals: Any, has_aux: bool = False, checkpointing: str = 
     _check_options("vjp", checkpointing, "zeros")
     trace = Trace(checkpointing)
     with trace:
-        targs, per_arg = _trace_args(primals, tuple(range(len(primals))), trace)
+        targs, per_arg, _ = _trace_args(primals, tuple(range(len(primals))), trace)
         res = f(*targs)
     aux = None
     if has_aux:
