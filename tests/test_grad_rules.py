@@ -662,6 +662,13 @@ def test_kink_subgradients(lib):
     assert to_numpy(ga).tolist() == [0.5, 1.0, 0.0] and to_numpy(gb).tolist() == [0.5, 0.0, 1.0]
     ga, gb = ember.grad(lambda a, b: xp.sum(xp.minimum(a, b)), argnums=(0, 1))(a, b)
     assert to_numpy(ga).tolist() == [0.5, 0.0, 1.0] and to_numpy(gb).tolist() == [0.5, 1.0, 0.0]
+    # a ReLU against a Python scalar: with a tie, and without one (the tie term is skipped)
+    relu = ember.grad(lambda x: xp.sum(xp.maximum(x, 0.0) * 2.0))
+    assert to_numpy(relu(xp.asarray([0.0, -1.0, 2.0]))).tolist() == [1.0, 0.0, 2.0]
+    assert to_numpy(relu(xp.asarray([-3.0, -1.0, 2.0]))).tolist() == [0.0, 0.0, 2.0]
+    # the same rule run on wrapper tensors (second order: the first backward is recorded)
+    d2 = ember.grad(lambda x: xp.sum(ember.grad(lambda y: xp.sum(xp.maximum(y, 0.0) * y))(x)))
+    assert to_numpy(d2(xp.asarray([0.0, -1.0, 2.0]))).tolist() == [1.0, 0.0, 2.0]
     ties = xp.asarray([[3.0, 1.0, 3.0], [0.0, 2.0, 2.0]])
     g = to_numpy(ember.grad(lambda x: xp.sum(xp.max(x, axis=1)))(ties))
     assert g.tolist() == [[0.5, 0.0, 0.5], [0.0, 0.5, 0.5]]

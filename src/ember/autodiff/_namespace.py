@@ -221,6 +221,9 @@ class _Dispatcher:
         self.raw_ns = _raw_namespace(bxp, self.fixes, modname)
         # the complex dtypes, for the rules' conjugation test (_rules/_util.is_complex)
         mod._complex = self.raw_ns._complex = _wrappers._dtype_set(bxp, ("complex64", "complex128"))
+        # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
+        # test for a rare case (ties in maximum) instead of always computing its correction
+        mod._cheap_any = self.raw_ns._cheap_any = bname in ("numpy", "array_api_strict")
         self.record = self._recorder()
         self._build_functions()
         self._build_tensor_methods()
