@@ -180,7 +180,11 @@ class _Dispatcher:
         mod._dispatch = self
         probe = bxp.asarray(0.0)
         self.A = type(probe)
-        coerce = bxp.asarray
+        # backend scalars (numpy.float64 from a 0-d op) become 0-d arrays; the library's own
+        # asarray does it 10x faster than the compat layer's, which checks copy/device options
+        lib = _backend.raw(bxp)
+        self.coerce = coerce = getattr(lib, "asarray", bxp.asarray)
+        self.ones_like = getattr(lib, "ones_like", bxp.ones_like)  # seeds of backward passes
         A = self.A
 
         class T(Tensor):
@@ -224,7 +228,6 @@ class _Dispatcher:
         # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
         # test for a rare case (ties in maximum) instead of always computing its correction
         mod._cheap_any = self.raw_ns._cheap_any = bname in ("numpy", "array_api_strict")
-        self.record = self._recorder()
         self._build_functions()
         self._build_tensor_methods()
         self._build_constants()
@@ -253,7 +256,7 @@ class _Dispatcher:
     def wrap_out(self, v):
         """Wrap backend outputs (arrays, tuples, namedtuples) as constant Tensors."""
         A = self.A
-        if isinstance(v, A):
+        if v.__class__ is A or isinstance(v, A):
             return self.wrap(v)
         if isinstance(v, tuple):
             items = [self.wrap_out(a) for a in v]
@@ -369,10 +372,11 @@ class _Dispatcher:
         Applies when every array argument is a Tensor of this namespace that
         is untracked or tracked at one active trace directly over a backend
         array (one level of differentiation), and the rule has one output.
-        Returns ``_GENERAL`` when the general path must handle the call.
+        Runs the backend function and records a node when the op has a rule
+        and a floating result. Returns ``_GENERAL`` when the general path must
+        handle the call.
         """
         T = self.T
-        make = self.make
         top = None
         raw = []
         inner = []
@@ -384,7 +388,10 @@ class _Dispatcher:
                 if n is None:
                     v = a._value
                     raw.append(v)
-                    inner.append(make(v, None))  # the tape's own handle (ownership)
+                    h = T()  # the tape's own handle (ownership)
+                    h._value = v
+                    h._node = None
+                    inner.append(h)
                     parents.append(None)
                     continue
                 tr = n.trace
@@ -406,7 +413,32 @@ class _Dispatcher:
         rule = RULES.get(name)
         if rule is not None and rule.nout != 1:
             return _GENERAL
-        return self.record(name, impl, raw, tuple(inner), tuple(parents), top, params)
+        try:
+            v = impl(*raw, **params) if params else impl(*raw)
+        except Exception as e:
+            raise op_error(name, e, raw) from e
+        if v.__class__ is not self.A:
+            if rule is None or isinstance(v, (tuple, list)):
+                return self.wrap_out(v)  # constants (several outputs only without a rule)
+            v = self.coerce(v)  # a backend scalar such as numpy.float64
+        ans = T()
+        ans._value = v
+        ans._node = None
+        if rule is None:
+            return ans
+        ok = self.floating.get(v.dtype)
+        if ok is None:
+            ok = self.is_differentiable(ans)
+        if not ok:
+            return ans
+        node = make_node(rule, tuple(inner), params, tuple(parents), ans, top, self.module)
+        top.nodes.append(node)
+        if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
+            top.saver(node, impl)
+        t = T()
+        t._value = ans
+        t._node = node
+        return t
 
     def is_differentiable(self, t) -> bool:
         """Whether a result of this dtype can carry a gradient (floating or complex)."""
@@ -451,44 +483,6 @@ class _Dispatcher:
             f.__signature__ = sig
         return f
 
-    def _recorder(self):
-        """``record(name, impl, raw_args, inner, parents, top, params)``: one traced op, one level deep.
-
-        Runs the backend function and records a node when the op has a rule and
-        a floating result. The elementwise functions call it directly when their
-        tracked inputs sit one level above backend arrays (the common case),
-        skipping the general path's argument normalisation; ``record_one_level``
-        calls it for every other single-output op.
-        """
-        A, make, coerce, floating, mod = self.A, self.make, self.xp.asarray, self.floating, self.module
-        is_diff, wrap_out = self.is_differentiable, self.wrap_out
-
-        def record(name, impl, raw_args, inner, parents, top, params=_NOPARAMS):
-            try:
-                v = impl(*raw_args, **params) if params else impl(*raw_args)
-            except Exception as e:
-                raise op_error(name, e, raw_args) from e
-            rule = RULES.get(name)
-            if v.__class__ is not A:
-                if rule is None or isinstance(v, (tuple, list)):
-                    return wrap_out(v)  # constants (several outputs only without a rule)
-                v = coerce(v)  # a backend scalar such as numpy.float64
-            ans = make(v, None)
-            if rule is None:
-                return ans
-            ok = floating.get(v.dtype)
-            if ok is None:
-                ok = is_diff(ans)
-            if not ok:
-                return ans
-            node = make_node(rule, inner, params, parents, ans, top, mod)
-            top.nodes.append(node)
-            if top.saver is not None:
-                top.saver(node, impl)
-            return make(ans, node)
-
-        return record
-
     def _unary(self, name, raw):
         """``name(x)``: the untracked and one-level traced cases inline, the rest through ``call``.
 
@@ -497,7 +491,7 @@ class _Dispatcher:
         a tape node and the tracked handle. A unary op with a rule maps a
         floating input to a floating result, so no dtype check is needed.
         """
-        T, A, call, coerce, mod = self.T, self.A, self.call, self.xp.asarray, self.module
+        T, A, call, coerce, mod = self.T, self.A, self.call, self.coerce, self.module
         # a backend fix for some dtypes only (_wrappers._result_fix): call the backend
         # function itself and correct just the results of those dtypes
         plain, fixed, correct = getattr(raw, "plain", raw), getattr(raw, "dtypes", ()), getattr(raw, "correct", None)
@@ -562,7 +556,7 @@ class _Dispatcher:
         operator form returns ``NotImplemented`` for operands it does not know,
         so Python can try the other operand's reflected method.
         """
-        T, A, call, coerce, mod = self.T, self.A, self.call, self.xp.asarray, self.module
+        T, A, call, coerce, mod = self.T, self.A, self.call, self.coerce, self.module
         known = (A, Tensor)
 
         def slow(x1, x2):
@@ -761,7 +755,7 @@ class _Dispatcher:
 
     def _build_tensor_methods(self):
         T, mod, call, make, A = self.T, self.module, self.call, self.make, self.A
-        coerce = self.xp.asarray
+        coerce = self.coerce
         xp = self.xp
 
         methods: dict = {}

@@ -27,29 +27,42 @@ def build(d) -> dict:
         ``checked``: enforce the standard's signature (positional-only and
         keyword-only markers), which lenient backends such as NumPy do not.
         """
-        strip, wrap_out = d.strip, d.wrap_out
+        strip, wrap_out, record = d.strip, d.wrap_out, d.record_one_level
+        from ._namespace import _GENERAL as general
+
         npos, posonly = _arity(name) if checked else (1 << 30, frozenset())
 
         def f(*args, **kwargs):
             if len(args) > npos or (kwargs and not posonly.isdisjoint(kwargs)):
                 raise TypeError(_signature_error(name, args, kwargs))
+            raw = []
             for a in args:
                 c = a.__class__
                 if c is T:
-                    if a._node is not None:
+                    if a._node is not None:  # traced: record it (one level deep: directly)
+                        if not d._claims:
+                            out = record(name, impl, args, kwargs)
+                            if out is not general:
+                                return out
                         return call(name, impl, args, kwargs)
+                    raw.append(a._value)
                 elif isinstance(a, Tensor) or isinstance(a, A):
                     return call(name, impl, args, kwargs)
+                else:
+                    raw.append(strip(a) if isinstance(a, (list, tuple)) else a)
             if kwargs and any(isinstance(v, (Tensor, list, tuple)) for v in kwargs.values()):
                 kwargs = {k: strip(v) for k, v in kwargs.items()}
-            raw = [a._value if a.__class__ is T else strip(a) if isinstance(a, (list, tuple)) else a
-                   for a in args]
             try:
                 res = impl(*raw, **kwargs)
             except Exception as e:
                 from ._namespace import op_error
 
                 raise op_error(name, e, raw) from e
+            if res.__class__ is A:
+                t = T()
+                t._value = res
+                t._node = None
+                return t
             return wrap_out(res)
 
         return f

@@ -83,8 +83,11 @@ def norm_axes(axis, ndim):
 
 
 def expand_reduced(ns, g, x, axis, keepdims):
-    """Cotangent of a reduction, reshaped to broadcast against ``x``."""
-    if not keepdims and x.ndim:
+    """Cotangent of a reduction, reshaped to broadcast against ``x``.
+
+    A 0-d cotangent (a full reduction) broadcasts against anything as it is.
+    """
+    if not keepdims and x.ndim and g.ndim:
         shape = list(x.shape)
         for a in norm_axes(axis, x.ndim):
             shape[a] = 1
