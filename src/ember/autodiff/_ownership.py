@@ -572,12 +572,7 @@ def _static_reason(d, x):
     """A reuse condition that fails whatever the op (or None)."""
     if x._node is not None:
         return "tracked"
-    if d.bname not in _REUSE_BACKENDS:
-        return "backend"
-    from .. import backend
-
-    caps = backend.capabilities(d.xp)
-    if not (caps.in_place and caps.out_param):
+    if not _backend_writes(d):
         return "backend"
     r = x._value
     if is_borrowed(r):
@@ -588,6 +583,20 @@ def _static_reason(d, x):
     if flags is not None and not getattr(flags, "writeable", True):
         return "readonly"
     return None
+
+
+def _backend_writes(d) -> bool:
+    """Whether backend ``d`` can write results into a given buffer (cached per namespace)."""
+    ok = _WRITES.get(d)
+    if ok is None:
+        from .. import backend
+
+        caps = backend.capabilities(d.xp)
+        ok = _WRITES[d] = d.bname in _REUSE_BACKENDS and bool(caps.in_place and caps.out_param)
+    return ok
+
+
+_WRITES: dict = {}
 
 
 def _extra_refs(t) -> int:
@@ -634,18 +643,44 @@ def _ufunc(d, name):
 
 
 def _kind(xp, dt):
-    if xp.isdtype(dt, "real floating"):
-        return "real"
-    if xp.isdtype(dt, "complex floating"):
-        return "complex"
-    return "other"
+    """'real', 'complex' or 'other' (integer, bool) for dtype ``dt``; cached."""
+    k = _KINDS.get((xp, dt))
+    if k is None:
+        if xp.isdtype(dt, "real floating"):
+            k = "real"
+        elif xp.isdtype(dt, "complex floating"):
+            k = "complex"
+        else:
+            k = "other"
+        _KINDS[(xp, dt)] = k
+    return k
+
+
+_KINDS: dict = {}
+
+
+def _same_layout(raw, r, rk) -> bool:
+    """True when every operand is ``r``, an array of r's dtype and shape, or a Python
+    int/float against a floating ``r``: then the result has r's dtype and shape
+    without asking result_type / broadcast_shapes (the common case, and fast)."""
+    if rk == "other":
+        return False
+    dt, shape = r.dtype, r.shape
+    for a in raw:
+        if a is r:
+            continue
+        c = a.__class__
+        if c is float or c is int:
+            continue
+        if c is not r.__class__ or a.dtype != dt or a.shape != shape:
+            return False
+    return True
 
 
 def _plan(d, name, raw, params, r):
     """(reason, kernel) for writing op ``name`` on ``raw`` args into ``r``."""
     xp = d.xp
     rk = _kind(xp, r.dtype)
-    arrays = [a for a in raw if hasattr(a, "shape")]
     if name in _FLOAT_UNARY or name in _SAME_UNARY or name in _REAL_UNARY:
         if name in _FLOAT_UNARY and rk == "other" or name in _REAL_UNARY and rk == "complex":
             return "dtype", None
@@ -653,15 +688,17 @@ def _plan(d, name, raw, params, r):
             return "shape", None
         f = _ufunc(d, name)
         return (None, lambda: f(r, out=r)) if f else ("op", None)
+    arrays = [a for a in raw if hasattr(a, "shape")]
     if name in _FLOAT_BINARY or name in _PROMOTE_BINARY:
-        try:
-            dt = xp.result_type(*raw)
-        except Exception:
-            return "dtype", None
-        if dt != r.dtype or name in _FLOAT_BINARY and rk == "other":
-            return "dtype", None
-        if xp.broadcast_shapes(*[tuple(a.shape) for a in arrays]) != tuple(r.shape):
-            return "shape", None
+        if not _same_layout(raw, r, rk):
+            try:
+                dt = xp.result_type(*raw)
+            except Exception:
+                return "dtype", None
+            if dt != r.dtype or name in _FLOAT_BINARY and rk == "other":
+                return "dtype", None
+            if xp.broadcast_shapes(*[tuple(a.shape) for a in arrays]) != tuple(r.shape):
+                return "shape", None
         f = _ufunc(d, name)
         return (None, lambda: f(*raw, out=r)) if f else ("op", None)
     if name == "where":
