@@ -36,7 +36,8 @@ from .tree import field
 from . import nn, random, io, optim, distributed, data
 from ._compute import compute, persist
 from ._transfer import to_backend
-from .autodiff._ownership import HiddenCopyWarning, clone, config, consume, share
+from ._config import config
+from .autodiff._ownership import HiddenCopyWarning, clone, consume, share
 
 __version__ = "0.1.0"
 

@@ -33,6 +33,8 @@ import sys
 import warnings
 import weakref
 
+from .._config import CONFIG as _CONFIG
+from .._config import config, get_config  # noqa: F401  (re-exported: ember.config started here)
 from .._errors import ConsumedError, ReuseError
 from ._tensor import Tensor, raw_value
 
@@ -83,8 +85,6 @@ HIDDEN_COPY = (
     "{op}: copied a buffer of shape {shape} and dtype {dtype} before writing in place, "
     "because {reason}. Fix: {fix} (or silence this with ember.config(on_hidden_copy='ignore'))"
 )
-BAD_CONFIG = "ember.config: {key} must be one of {allowed}, not {value!r}"
-UNKNOWN_CONFIG = "ember.config: unknown option {key!r}; known options: {known}"
 
 #: ReuseError reasons (``{op}``, ``{where}`` and the extras are filled in).
 REUSE_PREFIX = "{op}: could not reuse the buffer of consume(x, strict=True) (consumed at {where}): "
@@ -138,52 +138,8 @@ REASONS = {
     ),
 }
 
-# --------------------------------------------------------------------------- #
-# configuration
-# --------------------------------------------------------------------------- #
-_CONFIG = {"on_hidden_copy": "ignore"}
-_ALLOWED = {"on_hidden_copy": ("ignore", "warn", "error")}
-
-
 class HiddenCopyWarning(UserWarning):
     """An in-place write had to copy a protected buffer first (borrowed or tape-saved)."""
-
-
-def get_config() -> dict:
-    """A copy of the current ember configuration."""
-    return dict(_CONFIG)
-
-
-def config(**options) -> contextlib.AbstractContextManager:
-    """Set ember options; usable as a plain call or as a ``with`` block that restores them.
-
-    Why: ember copies a buffer silently when correctness demands it (writing
-    into a borrowed input or into a buffer a tape saved); users who want to
-    remove such copies ask to be told. Options:
-
-    - ``on_hidden_copy``: ``"ignore"`` (default), ``"warn"`` (a
-      :class:`HiddenCopyWarning`) or ``"error"`` (:class:`ember.ReuseError`).
-
-    >>> import ember
-    >>> with ember.config(on_hidden_copy="warn"):
-    ...     pass
-    """
-    for key, value in options.items():
-        if key not in _ALLOWED:
-            raise TypeError(UNKNOWN_CONFIG.format(key=key, known=sorted(_ALLOWED)))
-        if value not in _ALLOWED[key]:
-            raise ValueError(BAD_CONFIG.format(key=key, allowed=_ALLOWED[key], value=value))
-    old = {k: _CONFIG[k] for k in options}
-    _CONFIG.update(options)
-
-    @contextlib.contextmanager
-    def restore():
-        try:
-            yield get_config()
-        finally:
-            _CONFIG.update(old)
-
-    return restore()
 
 
 def _report_copy(op, arr, reason, fix):

@@ -14,7 +14,11 @@ That is how ``grad(grad(f))`` works without perturbation confusion.
 
 from __future__ import annotations
 
+import gc
+import threading
 import weakref
+
+from .._config import CONFIG
 
 __all__ = ["Trace", "Node", "make_node", "active_traces", "live_traces", "backward"]
 
@@ -23,6 +27,45 @@ active_traces: list = []
 #: Every Trace object still alive (open or retained, e.g. by a vjp function); the
 #: ownership layer scans their tapes before an in-place write (copy-on-write).
 live_traces: "weakref.WeakSet" = weakref.WeakSet()
+
+
+class _QuietGC:
+    """Raise the cyclic GC's gen-0 threshold while tapes are recorded or run (``gc_threshold``).
+
+    Re-entrant and shared by threads: the first entry saves the thresholds,
+    the last exit restores them (unless someone changed them meanwhile).
+    See ``ember._config`` for why.
+    """
+
+    __slots__ = ("depth", "saved", "set_to", "lock")
+
+    def __init__(self):
+        self.depth = 0
+        self.saved = None
+        self.set_to = None
+        self.lock = threading.Lock()
+
+    def __enter__(self):
+        with self.lock:
+            if self.depth == 0:
+                want = CONFIG["gc_threshold"]
+                t = gc.get_threshold()
+                if want is not None and 0 < t[0] < want:  # 0: collection off; larger: the user's
+                    self.saved, self.set_to = t, want
+                    gc.set_threshold(want, *t[1:])
+            self.depth += 1
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.saved is not None:
+                if gc.get_threshold()[0] == self.set_to:  # not changed by someone else meanwhile
+                    gc.set_threshold(*self.saved)
+                self.saved = self.set_to = None
+        return False
+
+
+quiet_gc = _QuietGC()
 
 
 class Trace:
@@ -47,6 +90,7 @@ class Trace:
             install_strategy(self, checkpointing)
 
     def __enter__(self):
+        quiet_gc.__enter__()
         self.active = True
         active_traces.append(self)
         return self
@@ -54,6 +98,7 @@ class Trace:
     def __exit__(self, *exc):
         active_traces.remove(self)
         self.active = False
+        quiet_gc.__exit__()
         return False
 
     def __repr__(self):
@@ -118,12 +163,19 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
     function that may be called again), each visited node drops its saved
     values right away, so memory falls as backward proceeds.
     """
-    if trace.remat is not None:  # some values were not kept: recompute them on the way
-        from ._checkpoint import backward_remat
+    with quiet_gc:
+        if trace.remat is not None:  # some values were not kept: recompute them on the way
+            from ._checkpoint import backward_remat
 
-        return backward_remat(trace, seeds, retain)
-    if trace.level == 1 and all(g.__class__ is g._ns._Tensor and g._node is None for _, g in seeds):
-        return _backward_raw(trace, seeds, retain)
+            backward_remat(trace, seeds, retain)
+        elif trace.level == 1 and all(g.__class__ is g._ns._Tensor and g._node is None for _, g in seeds):
+            _backward_raw(trace, seeds, retain)
+        else:
+            _backward_general(trace, seeds, retain)
+
+
+def _backward_general(trace: Trace, seeds, retain: bool) -> None:
+    """``backward`` with every VJP run on wrapper tensors, so an outer trace records it."""
     for node, g in seeds:
         _accumulate(node, g)
     nodes = trace.nodes
