@@ -189,3 +189,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             gpu = unusable_reason("cupy")
         if gpu is not None:
             item.add_marker(pytest.mark.skip(reason=f"needs a CUDA device: {gpu}"))
+
+
+@pytest.fixture(params=["raw", "wrapped"])
+def backward_loop(request, monkeypatch):
+    """Run a test with the first-order backward on backend arrays (``raw``, the default
+    fast loop) and again with every rule on Tensors (``wrapped``, the loop an outer
+    trace records), so both forms of each VJP are checked against finite differences."""
+    if request.param == "wrapped":
+        from ember.autodiff import _trace
+
+        monkeypatch.setattr(_trace, "_backward_raw", _trace._backward_general)
+    return request.param

@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 import ember
 from test_grad_linalg import BACKENDS, _ns, fd_check
 
+# every test twice: VJPs on backend arrays and on Tensors (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("backward_loop")
+
 NORMS = ["backward", "ortho", "forward"]
 EX = settings(max_examples=8, deadline=None)
 

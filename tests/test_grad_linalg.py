@@ -19,6 +19,9 @@ from hypothesis import strategies as st
 import ember
 from ember._errors import NotDifferentiableError
 
+# every test twice: VJPs on backend arrays and on Tensors (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("backward_loop")
+
 BACKENDS = ("numpy", "array_api_strict")
 EXAMPLES = settings(max_examples=6, deadline=None)
 

@@ -106,7 +106,13 @@ def _per_argument(fns: Sequence[Callable | None]):
 
 def defvjp(name: str, *fns: Callable | None, bound: str = MEMORY, nout: int = 1,
            raw: bool = True) -> Rule:
-    """Register per-argument VJPs ``fns[i](ns, g, ans, *args, **params)`` for ``name``."""
+    """Register per-argument VJPs ``fns[i](ns, g, ans, *args, **params)`` for ``name``.
+
+    ``raw=True`` (the default) promises that the functions also work on the
+    backend's own arrays with the backend namespace as ``ns`` (they use only
+    the array API), which the first-order backward pass does; pass
+    ``raw=False`` when they need ember Tensors or wrapper-only helpers.
+    """
     rule = Rule(name, _per_argument(fns), bound=bound, nout=nout, raw=raw)
     RULES[name] = rule
     return rule
