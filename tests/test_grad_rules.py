@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ember
+import ember.nn as nn
 from _gradcheck import (
     BACKENDS,
     arrays,
@@ -165,6 +166,7 @@ def _tie_free(draw):
 
 case("maximum", _tie_free(), lambda xp, x, y: xp.maximum(x, y))
 case("minimum", _tie_free(), lambda xp, x, y: xp.minimum(x, y))
+case("_relu (nn.relu)", args_of(_grid(shapes(), 0.1)), lambda xp, x: xp._relu(x))  # off the kink at 0
 
 
 @st.composite
@@ -689,8 +691,19 @@ def test_every_owned_rule_is_in_the_table():
 # =====================================================================
 # subgradients at kinks (documented in the rule modules)
 # =====================================================================
+@pytest.fixture(params=["checked", "where"])
+def cheap_any(request, monkeypatch):
+    """Run with the CPU shortcut of masked cotangents (products checked for NaN) and
+    without it, as on GPU and lazy backends (``where`` directly)."""
+    if request.param == "where":
+        xp = namespace("numpy")
+        monkeypatch.setattr(xp, "_cheap_any", False)
+        monkeypatch.setattr(xp._dispatch.raw_ns, "_cheap_any", False)
+    return request.param
+
+
 @pytest.mark.parametrize("lib", BACKENDS)
-def test_kink_subgradients(lib):
+def test_kink_subgradients(lib, cheap_any):
     xp = namespace(lib)
     zero = xp.asarray([0.0, -0.0, 1.0])
     assert to_numpy(ember.grad(lambda x: xp.sum(xp.abs(x)))(zero)).tolist() == [0.0, 0.0, 1.0]
@@ -704,6 +717,18 @@ def test_kink_subgradients(lib):
     relu = ember.grad(lambda x: xp.sum(xp.maximum(x, 0.0) * 2.0))
     assert to_numpy(relu(xp.asarray([0.0, -1.0, 2.0]))).tolist() == [1.0, 0.0, 2.0]
     assert to_numpy(relu(xp.asarray([-3.0, -1.0, 2.0]))).tolist() == [0.0, 0.0, 2.0]
+    # nn.relu: gradient 0 at 0 (not maximum's 1/2), NaN propagates
+    g = ember.grad(lambda x: xp.sum(nn.relu(x) * 2.0))(xp.asarray([0.0, -1.0, 2.0]))
+    assert to_numpy(g).tolist() == [0.0, 0.0, 2.0]
+    r = to_numpy(nn.relu(xp.asarray([float("nan"), -float("inf"), 3.0])))
+    assert np.isnan(r[0]) and r[1:].tolist() == [0.0, 3.0]
+    # an infinite cotangent where the mask is False still gives exactly 0 there (where, not g * 0)
+    y, pull = ember.vjp(lambda x: nn.relu(x), xp.asarray([-1.0, 2.0]))
+    assert to_numpy(pull(xp.asarray([float("inf"), 1.0]))[0]).tolist() == [0.0, 1.0]
+    y, pull = ember.vjp(lambda x: xp.maximum(x, 0.0), xp.asarray([-1.0, 2.0]))
+    assert to_numpy(pull(xp.asarray([float("inf"), 1.0]))[0]).tolist() == [0.0, 1.0]
+    y, pull = ember.vjp(lambda x: xp.where(x > 0, x, 0.0), xp.asarray([-1.0, 2.0]))
+    assert to_numpy(pull(xp.asarray([float("nan"), 1.0]))[0]).tolist() == [0.0, 1.0]
     # the same rule run on wrapper tensors (second order: the first backward is recorded)
     d2 = ember.grad(lambda x: xp.sum(ember.grad(lambda y: xp.sum(xp.maximum(y, 0.0) * y))(x)))
     assert to_numpy(d2(xp.asarray([0.0, -1.0, 2.0]))).tolist() == [1.0, 0.0, 2.0]

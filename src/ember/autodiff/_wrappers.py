@@ -12,6 +12,9 @@ from __future__ import annotations
 from ._tensor import Tensor, raw_value
 
 
+_NO_PARAMS: dict = {}  # shared, never written
+
+
 def build(d) -> dict:
     """Return ``{name: function}`` for the namespace built by dispatcher ``d``."""
     xp, T, call, mod = d.xp, d.T, d.call, d.module
@@ -143,6 +146,11 @@ def build(d) -> dict:
         return d.wrap(res)
 
     out["asarray"] = asarray
+
+    def relu_impl(x):
+        return xp.maximum(x, 0)
+
+    out["_relu"] = lambda x: call("_relu", relu_impl, (x,), _NO_PARAMS)  # nn.relu's primitive
 
     def copy_impl(x):
         return xp.asarray(x, copy=True)

@@ -20,9 +20,14 @@ def identity(x: Any) -> Any:
 
 
 def relu(x: Any) -> Any:
-    """``max(x, 0)``; the gradient at 0 is 0 (as in PyTorch)."""
+    """``max(x, 0)`` (NaN stays NaN); the gradient at 0 is 0 (as in PyTorch and JAX).
+
+    ember namespaces have it as one primitive (``xp._relu``) whose backward is
+    a masked product; other namespaces compute ``maximum(x, 0)``.
+    """
     xp = namespace(x)
-    return xp.where(x > 0, x, xp.zeros_like(x))
+    f = getattr(xp, "_relu", None)
+    return f(x) if f is not None else xp.maximum(x, 0)
 
 
 def sigmoid(x: Any) -> Any:

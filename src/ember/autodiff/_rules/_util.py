@@ -73,6 +73,20 @@ def fit(ns, g, x):
     return g
 
 
+def select(ns, c, g):
+    """The cotangent ``g`` where ``c`` holds and exactly 0 elsewhere, even where g is inf/NaN.
+
+    Why not plain ``where``: on an unpredictable mask (a ReLU's) NumPy's
+    ``where`` branches per element and runs about 15x slower than a product.
+    ``g * c`` is the same value wherever ``g`` is finite (up to the sign of a
+    zero), so where a check is cheap (``ns._cheap_any``: eager, host memory)
+    and ``g`` is all finite the product is used; otherwise ``where``.
+    """
+    if ns._cheap_any and bool(ns.all(ns.isfinite(g))):
+        return g * ns.astype(c, g.dtype)
+    return ns.where(c, g, ns.zeros_like(g))
+
+
 def norm_axes(axis, ndim):
     """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints."""
     if axis is None:

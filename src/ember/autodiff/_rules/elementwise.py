@@ -20,7 +20,10 @@ copysign      d/dx1 = +-1 as the signs agree; d/dx2 = 0
 remainder     d/dx1 = 1, d/dx2 = -floor(x1 / x2)
 clip          the gradient goes to x where lo <= x <= hi (bounds included),
               to a bound only where x is strictly beyond it
-where         the cotangent goes to the selected branch only
+where         the cotangent goes to the selected branch only; the other gets
+              exactly 0, also where the cotangent is inf or NaN (as JAX and
+              PyTorch do); likewise maximum/minimum's loser and clip
+relu          (``nn.relu``, the ``_relu`` primitive) 0 at x == 0
 ============  =============================================================
 
 ceil, floor, round, trunc, sign, floor_divide, nextafter, comparisons and
@@ -34,7 +37,7 @@ import cmath
 import math
 
 from ._base import defvjp
-from ._util import cj, fit, is_complex
+from ._util import cj, fit, is_complex, select
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -91,19 +94,22 @@ defvjp("imag", lambda ns, g, ans, x: (
 def _ties(ns, mine, other, g, larger):
     """Cotangent of ``mine`` in maximum (larger=True) / minimum: ties split in half.
 
-    Written as ``g * (win + tie / 2)`` with the masks cast to g's dtype: casts
-    and products stream, where ``where`` on an unpredictable mask (a ReLU's)
-    branches per element and runs 4-8x slower. Ties are rare (a ReLU of a
-    matmul has none), so where checking costs no device sync (CPU, eager;
-    ``ns._cheap_any``) the tie term is only built when a tie exists.
+    On CPU (``ns._cheap_any``) it is ``g * (win + tie / 2)`` with the masks cast
+    to g's dtype: casts and products stream, where ``where`` on an
+    unpredictable mask (a ReLU's) branches per element and runs 4-15x slower.
+    Ties are rare (a ReLU of a matmul has none), so the tie term is only built
+    when one exists. A cotangent with an inf or NaN (which a zero weight would
+    turn into NaN) takes the exact selection, which other backends use always.
     """
     win = (mine > other) if larger else (mine < other)
-    dt = g.dtype
-    w = ns.astype(win, dt)
     tie = mine == other
-    if not ns._cheap_any or bool(ns.any(tie)):
-        w = w + ns.astype(tie, dt) * 0.5
-    return g * w
+    if ns._cheap_any and bool(ns.all(ns.isfinite(g))):
+        dt = g.dtype
+        w = ns.astype(win, dt)
+        if bool(ns.any(tie)):
+            w = w + ns.astype(tie, dt) * 0.5
+        return g * w
+    return ns.where(win, g, ns.where(tie, g * 0.5, ns.zeros_like(g)))
 
 
 def _pow_dx(ns, g, ans, x, y):
@@ -189,25 +195,26 @@ defvjp(
 defvjp(
     "where",
     None,
-    lambda ns, g, ans, c, x1, x2: fit(ns, ns.where(c, g, 0 * g), x1),
-    lambda ns, g, ans, c, x1, x2: fit(ns, ns.where(c, 0 * g, g), x2),
+    lambda ns, g, ans, c, x1, x2: fit(ns, select(ns, c, g), x1),
+    lambda ns, g, ans, c, x1, x2: fit(ns, select(ns, ns.logical_not(c), g), x2),
 )
 
 
 def _clip_x(ns, g, ans, x, lo, hi):
-    keep = ans == x
-    return fit(ns, ns.where(keep, g, 0 * g), x)
+    return fit(ns, select(ns, ans == x, g), x)
 
 
 def _clip_lo(ns, g, ans, x, lo, hi):
-    return fit(ns, ns.where((x < lo) & (ans == lo), g, 0 * g), lo)
+    return fit(ns, select(ns, (x < lo) & (ans == lo), g), lo)
 
 
 def _clip_hi(ns, g, ans, x, lo, hi):
-    return fit(ns, ns.where((x > hi) & (ans == hi), g, 0 * g), hi)
+    return fit(ns, select(ns, (x > hi) & (ans == hi), g), hi)
 
 
 defvjp("clip", _clip_x, _clip_lo, _clip_hi)
 defvjp("astype", lambda ns, g, ans, x, dtype, **kw: fit(ns, g, x))
 defvjp("copy", lambda ns, g, ans, x: g)
+# nn.relu: max(x, 0) whose derivative at 0 is 0 (PyTorch's and JAX's choice), not maximum's 1/2
+defvjp("_relu", lambda ns, g, ans, x: select(ns, x > 0, g))
 defvjp("_to_device", lambda ns, g, ans, x: g.to_device(x.device), raw=False)  # Tensor.to_device
