@@ -152,6 +152,19 @@ def build(d) -> dict:
 
     out["_relu"] = lambda x: call("_relu", relu_impl, (x,), _NO_PARAMS)  # nn.relu's primitive
 
+    # nn.softmax / nn.log_softmax as single primitives: one tape node and a fused VJP
+    # instead of six nodes (max, subtract, exp, sum, log, subtract) and their VJPs
+    def log_softmax_impl(x, axis):
+        s = x - xp.max(x, axis=axis, keepdims=True)
+        return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
+
+    def softmax_impl(x, axis):
+        e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+        return e / xp.sum(e, axis=axis, keepdims=True)
+
+    out["_log_softmax"] = lambda x, *, axis: call("_log_softmax", log_softmax_impl, (x,), {"axis": axis})
+    out["_softmax"] = lambda x, *, axis: call("_softmax", softmax_impl, (x,), {"axis": axis})
+
     def copy_impl(x):
         return xp.asarray(x, copy=True)
 

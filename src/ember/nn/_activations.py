@@ -62,14 +62,28 @@ def gelu(x: Any, approximate: bool = False) -> Any:
 
 
 def softmax(x: Any, axis: int = -1) -> Any:
-    """``exp(x) / sum(exp(x))`` along ``axis`` (shifted by the max for stability)."""
+    """``exp(x) / sum(exp(x))`` along ``axis`` (shifted by the max for stability).
+
+    On ember namespaces one primitive (``xp._softmax``) with the fused VJP
+    ``y * (g - sum(g * y))``.
+    """
     xp = namespace(x)
+    f = getattr(xp, "_softmax", None)
+    if f is not None:
+        return f(x, axis=axis)
     e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
 def log_softmax(x: Any, axis: int = -1) -> Any:
-    """``x - logsumexp(x)`` along ``axis``, computed stably."""
+    """``x - logsumexp(x)`` along ``axis``, computed stably.
+
+    On ember namespaces one primitive (``xp._log_softmax``) with the fused VJP
+    ``g - exp(l) * sum(g)``.
+    """
     xp = namespace(x)
+    f = getattr(xp, "_log_softmax", None)
+    if f is not None:
+        return f(x, axis=axis)
     s = x - xp.max(x, axis=axis, keepdims=True)
     return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
