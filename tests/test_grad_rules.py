@@ -922,3 +922,33 @@ def test_grad_of_non_scalar_says_so_and_suggests_vjp(lib):
         ember.grad(lambda x: x * 2.0)(xp.ones((2, 3)))
     msg = str(info.value)
     assert "(2, 3)" in msg and "scalar" in msg and "vjp" in msg
+
+
+# =====================================================================
+# in-place accumulation in the first-order backward pass
+# =====================================================================
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_accumulation_in_place_is_invisible(lib):
+    """Fan-out and overlapping slices accumulate into buffers the backward loop owns; the
+    result equals the functional sum and no caller-visible array is written."""
+    xp = namespace(lib)
+    x = np.arange(12.0).reshape(3, 4) / 7.0
+
+    def f(t):
+        parts = [t[:, 0:2], t[:, 1:3], t[:, 2:4], t[1:, :2]]  # overlapping reads of t
+        s = sum(xp.sum(p * (i + 1.0)) for i, p in enumerate(parts))
+        return s + xp.sum(t * t) + xp.sum(t)
+
+    want = np.zeros_like(x)
+    for i, sl in enumerate([np.s_[:, 0:2], np.s_[:, 1:3], np.s_[:, 2:4], np.s_[1:, :2]]):
+        want[sl] += i + 1.0
+    want += 2 * x + 1
+    g = to_numpy(ember.grad(f)(to_backend(xp, x)))
+    np.testing.assert_allclose(g, want, rtol=1e-14)
+    # a cotangent the caller passes in is never written, even when it is accumulated into
+    y, pull = ember.vjp(lambda t: t + t[:, ::-1], to_backend(xp, x))
+    ct = to_backend(xp, np.ones((3, 4)))
+    before = to_numpy(ct).copy()
+    (gx,) = pull(ct)
+    np.testing.assert_array_equal(to_numpy(ct), before)
+    np.testing.assert_allclose(to_numpy(gx), 2.0 * np.ones((3, 4)))

@@ -228,6 +228,9 @@ class _Dispatcher:
         # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
         # test for a rare case (ties in maximum) instead of always computing its correction
         mod._cheap_any = self.raw_ns._cheap_any = bname in ("numpy", "array_api_strict")
+        # whether backend arrays take item assignment and in-place arithmetic (the backward
+        # loop accumulates into buffers it owns, see _trace._backward_raw)
+        self.raw_ns._writes = bname in ("numpy", "cupy", "array_api_strict")
         self._build_functions()
         self._build_tensor_methods()
         self._build_constants()

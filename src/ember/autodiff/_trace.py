@@ -219,10 +219,16 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
 
     Nodes of one- and two-argument rules without parameters (the elementwise
     ops) take a branch that calls the per-argument VJPs directly.
+
+    Accumulation writes in place into buffers the loop itself made (``owned``:
+    a sum of two cotangents, or a scatter accumulator), which no one else can
+    see; a rule with a ``scatter`` (``getitem``) adds its cotangent straight
+    into such an accumulator instead of building a zero array per use.
     """
     for node, g in seeds:
         _accumulate(node, g._value)
     nodes = trace.nodes
+    owned: set = set()  # nodes whose g is a buffer this loop made: safe to write into
     ns = T = R = None
     for node in reversed(nodes):
         g = node.g
@@ -245,8 +251,10 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
                     a = args[0]
                     gi = fns[0](R, g, ans, a._value if a.__class__ is T else a)
                     p = node.parents[0]
-                    old = p.g
-                    p.g = gi if old is None else old + gi
+                    if p.g is None:
+                        p.g = gi
+                    else:
+                        _add(p, gi, owned)
                 else:
                     a, b = args
                     if a.__class__ is T:
@@ -258,14 +266,18 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
                         f = fns[0]
                         if f is not None:
                             gi = f(R, g, ans, a, b)
-                            old = p.g
-                            p.g = gi if old is None else old + gi
+                            if p.g is None:
+                                p.g = gi
+                            else:
+                                _add(p, gi, owned)
                     if q is not None:
                         f = fns[1]
                         if f is not None:
                             gi = f(R, g, ans, a, b)
-                            old = q.g
-                            q.g = gi if old is None else old + gi
+                            if q.g is None:
+                                q.g = gi
+                            else:
+                                _add(q, gi, owned)
             except Exception as e:
                 raise _backward_error(rule, e, g, args) from e
             if not retain:
@@ -276,6 +288,18 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
             continue
         parents = node.parents
         ans = node.ans
+        scatter = rule.scatter
+        if scatter is not None and R._writes:
+            p = parents[0]
+            if p is not None and (p.g is None or p in owned):
+                x = args[0]
+                acc = scatter(R, p.g, g, x._value if x.__class__ is T else x, **node.params)
+                if acc is not None:
+                    p.g = acc
+                    owned.add(p)
+                    if not retain:
+                        node.args = node.ans = node.params = None
+                    continue
         if rule.raw:
             args = tuple([a._value if a.__class__ is T else a for a in args])
             if rule.nout > 1:
@@ -297,12 +321,30 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
                      for x in rule.vjp(ns, g, ans, args, node.params, parents)]
         for parent, gi in zip(parents, grads):
             if parent is not None and gi is not None:
-                old = parent.g
-                parent.g = gi if old is None else old + gi
+                if parent.g is None:
+                    parent.g = gi
+                else:
+                    _add(parent, gi, owned)
         if not retain:
             node.args = node.ans = node.params = None
     if not retain:
         nodes.clear()
+
+
+def _add(node, gi, owned: set) -> None:
+    """``node.g += gi``: in place when the loop made node.g and gi matches it, else a new sum.
+
+    A new sum is a buffer nobody else holds, so ``node`` owns it from then on.
+    ``+=`` on backends without in-place arithmetic (Dask, JAX) rebinds, which
+    is the same as the sum.
+    """
+    old = node.g
+    if node in owned and gi.shape == old.shape and gi.dtype == old.dtype:
+        old += gi
+        node.g = old
+    else:
+        node.g = old + gi
+        owned.add(node)
 
 
 def _backward_error(rule, exc, g, args):

@@ -39,7 +39,7 @@ RULES: dict[str, "Rule"] = {}
 class Rule:
     """VJP rule of one primitive plus its memory class."""
 
-    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns")
+    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns", "scatter")
 
     def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True,
                  raw=True):
@@ -55,6 +55,9 @@ class Rule:
         # per-argument VJPs (defvjp) that the raw backward may call directly
         fns = getattr(vjp, "fns", None)
         self.fns = fns if raw and nout == 1 and not select and fns and fns[0] is not None else None
+        # scatter(ns, acc, g, x, **params): add the cotangent into an accumulator of x's shape
+        # that the backward loop owns (None: make one), in place; None when it cannot
+        self.scatter = None
 
     def fill_cotangents(self, ns, gs, ans):
         """Replace missing cotangents of a multi-output node by zeros."""

@@ -90,8 +90,28 @@ def _take_along(ns, g, ans, x, indices, *, axis=-1):
     return ns._index_add(ns.zeros_like(x), g, key=tuple(key))
 
 
+def _getitem_scatter(ns, acc, g, x, *, key):
+    """Add the cotangent ``g`` of ``x[key]`` into ``acc`` (an array of x's shape the backward
+    loop owns; None: start from zeros), in place. None for keys that may repeat an element
+    (integer arrays) or add axes, and for a cotangent of another dtype: the VJP handles those.
+
+    Why: a tensor read through many slices (im2col, pooling windows, unstack) would
+    otherwise get one zero array per slice, all added up.
+    """
+    if key is None or _advanced(key) or (isinstance(key, tuple) and any(k is None for k in key)):
+        return None
+    if g.dtype != x.dtype:
+        return None
+    if acc is None:
+        acc = ns.zeros_like(x)
+        acc[key] = g
+    else:
+        acc[key] += g
+    return acc
+
+
 # these VJPs use the wrapper's functional updates (ns._setitem, ns._index_add): raw=False
-defvjp("getitem", _getitem, raw=False)
+defvjp("getitem", _getitem, raw=False).scatter = _getitem_scatter
 defvjp("setitem", _setitem_x, _setitem_v, raw=False)
 defvjp("index_add", lambda ns, g, ans, x, v, *, key: g,
        lambda ns, g, ans, x, v, *, key: fit(ns, g[key], v), raw=False)
