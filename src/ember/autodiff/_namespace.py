@@ -504,48 +504,42 @@ class _Dispatcher:
                 n = x._node
                 if n is None:
                     r = x._value
-                    try:
-                        v = plain(r)
-                        if fixed and v.dtype in fixed:
-                            v = correct(r, v)
-                    except Exception as e:
-                        raise op_error(name, e, (r,)) from e
-                    t = T()
-                    t._value = v if v.__class__ is A else coerce(v)
-                    t._node = None
-                    return t
-                low = x._value
-                top = n.trace
-                if low._node is None and top.active:
+                else:  # tracked: one level above a backend array on an active trace, or call
+                    low = x._value
+                    top = n.trace
+                    if low._node is not None or not top.active:
+                        return call(name, raw, (x,), {})
                     r = low._value
-                    try:
-                        v = plain(r)
-                        if fixed and v.dtype in fixed:
-                            v = correct(r, v)
-                    except Exception as e:
-                        raise op_error(name, e, (r,)) from e
-                    ans = T()
-                    ans._value = v if v.__class__ is A else coerce(v)
-                    ans._node = None
-                    rule = RULES.get(name)
-                    if rule is None:
-                        return ans
-                    node = Node()  # make_node, inlined: this is the hottest path
-                    node.rule = rule
-                    node.args = (low,)
-                    node.params = _NOPARAMS
-                    node.parents = (n,)
-                    node.ans = ans
-                    node.g = node.index = None
-                    node.trace = top
-                    node.ns = mod
-                    top.nodes.append(node)
-                    if top.saver is not None:  # checkpointing (autodiff/_checkpoint.py)
-                        top.saver(node, raw)
-                    t = T()
-                    t._value = ans
-                    t._node = node
-                    return t
+                try:
+                    v = plain(r)
+                    if fixed and v.dtype in fixed:
+                        v = correct(r, v)
+                except Exception as e:
+                    raise op_error(name, e, (r,)) from e
+                ans = T()
+                ans._value = v if v.__class__ is A else coerce(v)
+                ans._node = None
+                if n is None:
+                    return ans
+                rule = RULES.get(name)
+                if rule is None:
+                    return ans
+                node = Node()  # make_node, inlined: this is the hottest path
+                node.rule = rule
+                node.args = (low,)
+                node.params = _NOPARAMS
+                node.parents = (n,)
+                node.ans = ans
+                node.g = node.index = None
+                node.trace = top
+                node.ns = mod
+                top.nodes.append(node)
+                if top.saver is not None:  # checkpointing (autodiff/_checkpoint.py)
+                    top.saver(node, raw)
+                t = T()
+                t._value = ans
+                t._node = node
+                return t
             return call(name, raw, (x,), {})
 
         return f
