@@ -494,7 +494,7 @@ class _Dispatcher:
         a tape node and the tracked handle. A unary op with a rule maps a
         floating input to a floating result, so no dtype check is needed.
         """
-        T, A, call, coerce, mod = self.T, self.A, self.call, self.coerce, self.module
+        T, A, call, coerce, mod, rule_of = self.T, self.A, self.call, self.coerce, self.module, RULES.get
         # a backend fix for some dtypes only (_wrappers._result_fix): call the backend
         # function itself and correct just the results of those dtypes
         plain, fixed, correct = getattr(raw, "plain", raw), getattr(raw, "dtypes", ()), getattr(raw, "correct", None)
@@ -521,7 +521,7 @@ class _Dispatcher:
                 ans._node = None
                 if n is None:
                     return ans
-                rule = RULES.get(name)
+                rule = rule_of(name)
                 if rule is None:
                     return ans
                 node = Node()  # make_node, inlined: this is the hottest path
@@ -553,7 +553,7 @@ class _Dispatcher:
         operator form returns ``NotImplemented`` for operands it does not know,
         so Python can try the other operand's reflected method.
         """
-        T, A, call, coerce, mod = self.T, self.A, self.call, self.coerce, self.module
+        T, A, call, coerce, mod, rule_of = self.T, self.A, self.call, self.coerce, self.module, RULES.get
         known = (A, Tensor)
 
         def slow(x1, x2):
@@ -609,7 +609,7 @@ class _Dispatcher:
                 top = n2.trace
             else:
                 top = n1.trace
-            rule = RULES.get(name)
+            rule = rule_of(name)
             if rule is None:
                 return ans
             if n1 is None:  # the tape keeps its own handle on a constant (ownership)
