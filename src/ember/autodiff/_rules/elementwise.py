@@ -141,13 +141,35 @@ def _hypot(ns, g, ans, xi):
     return g * ns.where(ans == 0, 0 * ans, xi / safe)
 
 
-defvjp("add", lambda ns, g, ans, x, y: fit(ns, g, x), lambda ns, g, ans, x, y: fit(ns, g, y))
-defvjp("subtract", lambda ns, g, ans, x, y: fit(ns, g, x), lambda ns, g, ans, x, y: -fit(ns, g, y))
-defvjp(
-    "multiply",
-    lambda ns, g, ans, x, y: fit(ns, g * cj(ns, y), x),
-    lambda ns, g, ans, x, y: fit(ns, g * cj(ns, x), y),
-)
+# add / subtract / multiply are the hottest VJPs: the common case (no broadcasting, same
+# dtype, a Python scalar factor) is decided inline; `fit` and `cj` do the rest
+def _add_dx(ns, g, ans, x, y):
+    return g if g.shape == x.shape and g.dtype == x.dtype else fit(ns, g, x)
+
+
+def _add_dy(ns, g, ans, x, y):
+    return g if g.shape == y.shape and g.dtype == y.dtype else fit(ns, g, y)
+
+
+def _sub_dy(ns, g, ans, x, y):
+    return -g if g.shape == y.shape and g.dtype == y.dtype else -fit(ns, g, y)
+
+
+def _mul_dx(ns, g, ans, x, y):
+    c = y.__class__
+    r = g * (y if c is float or c is int else cj(ns, y))
+    return r if r.shape == x.shape and r.dtype == x.dtype else fit(ns, r, x)
+
+
+def _mul_dy(ns, g, ans, x, y):
+    c = x.__class__
+    r = g * (x if c is float or c is int else cj(ns, x))
+    return r if r.shape == y.shape and r.dtype == y.dtype else fit(ns, r, y)
+
+
+defvjp("add", _add_dx, _add_dy)
+defvjp("subtract", _add_dx, _sub_dy)
+defvjp("multiply", _mul_dx, _mul_dy)
 defvjp(
     "divide",
     lambda ns, g, ans, x, y: fit(ns, g / cj(ns, y), x),
