@@ -54,11 +54,12 @@ class _Leaf:
 def _track(x, trace: Trace) -> _Leaf | None:
     """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating."""
     raw_input = not isinstance(x, Tensor)
+    # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
     if raw_input:
         t = namespace(x).asarray(x)
     elif x.__class__ is getattr(type(x)._ns, "_Tensor", None):  # a live Tensor (the usual case)
-        t = x._ns._dispatch.make(x._value, x._node)  # a fresh handle: the tape never holds
-    else:  # consume() markers, dead tensors: share() says what is wrong   the caller's object
+        t = x._ns._dispatch.make(x._value, x._node)
+    else:  # consume() markers and dead tensors: share() says what is wrong
         t = _share(x)
     d = type(t)._ns._dispatch
     if not d.is_differentiable(t):
