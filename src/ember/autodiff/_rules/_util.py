@@ -3,34 +3,18 @@ and conjugate where an input is complex (PyTorch's convention, see ``elementwise
 
 from __future__ import annotations
 
-_COMPLEX: dict = {}  # namespace -> {dtype: is complex}, for namespaces ember did not build;
-#                       per namespace so dtypes of two libraries are never compared
-#                       (array_api_strict warns on that)
-
-
 def is_complex(ns, x) -> bool:
     """Whether ``x`` (an array, Tensor or Python scalar) is complex.
 
-    Namespaces ember builds (wrappers and their raw twins) carry the set of
-    their complex dtypes as ``_complex``: one set lookup.
+    Rules only ever get namespaces ember built (a wrapper or its raw twin),
+    which carry the set of their complex dtypes as ``_complex``.
     """
     c = x.__class__
     if c is float or c is int or c is bool:
         return False
     if c is complex:
         return True
-    try:
-        return x.dtype in ns._complex
-    except AttributeError:
-        pass
-    dt = x.dtype
-    table = _COMPLEX.get(ns)
-    if table is None:
-        table = _COMPLEX[ns] = {}
-    flag = table.get(dt)
-    if flag is None:
-        flag = table[dt] = bool(ns.isdtype(dt, "complex floating"))
-    return flag
+    return x.dtype in ns._complex
 
 
 def cj(ns, d):
@@ -82,9 +66,15 @@ def select(ns, c, g):
     zero), so where a check is cheap (``ns._cheap_any``: eager, host memory)
     and ``g`` is all finite the product is used; otherwise ``where``.
     """
-    if ns._cheap_any and bool(ns.all(ns.isfinite(g))):
+    if products_exact(ns, g):
         return g * ns.astype(c, g.dtype)
     return ns.where(c, g, ns.zeros_like(g))
+
+
+def products_exact(ns, g) -> bool:
+    """Whether multiplying ``g`` by a 0/1 mask equals selecting it, and is worth checking:
+    ``g`` is all finite (so no 0 * inf = NaN) on a backend where the check is cheap."""
+    return ns._cheap_any and bool(ns.all(ns.isfinite(g)))
 
 
 def norm_axes(axis, ndim):

@@ -37,7 +37,7 @@ import cmath
 import math
 
 from ._base import defvjp
-from ._util import cj, fit, select
+from ._util import cj, fit, products_exact, select
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -103,7 +103,7 @@ def _ties(ns, mine, other, g, larger):
     """
     win = (mine > other) if larger else (mine < other)
     tie = mine == other
-    if ns._cheap_any and bool(ns.all(ns.isfinite(g))):
+    if products_exact(ns, g):
         dt = g.dtype
         w = ns.astype(win, dt)
         if bool(ns.any(tie)):
