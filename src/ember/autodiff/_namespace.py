@@ -23,6 +23,7 @@ from .._errors import BackendError, DTypeError, ShapeError
 from . import _api_tables as api
 from .._errors import ConsumedError
 from ._ownership import Owned, as_operand, claim, fail_claims, run_owned, same_twice
+from ._direct import direct_functions
 from ._rules import RULES, SELECT
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
@@ -221,7 +222,8 @@ class _Dispatcher:
         from . import _wrappers
 
         self.version = _api_version(bxp)
-        self.fixes = _wrappers.backend_fixes(bxp)  # corrected elementwise functions
+        # corrected elementwise functions, and library kernels called without compat's frames
+        self.fixes = {**direct_functions(lib), **_wrappers.backend_fixes(bxp)}
         self.raw_ns = _raw_namespace(bxp, self.fixes, modname)
         # the complex dtypes, for the rules' conjugation test (_rules/_util.is_complex)
         mod._complex = self.raw_ns._complex = _wrappers._dtype_set(bxp, ("complex64", "complex128"))
@@ -697,12 +699,15 @@ class _Dispatcher:
         special = _wrappers.build(self)
         missing = _wrappers.fallbacks(self)  # portable versions of functions a backend lacks
         for name in api.OTHER:
-            raw = getattr(xp, name, None)
+            raw = fixes.get(name) or getattr(xp, name, None)
             if raw is None:
                 if name in missing:
                     setattr(mod, name, self._finish(missing[name], name, missing[name]))
                 continue
-            f = special.get(name) or self.op(name, raw)
+            if name in _BINARY_FAST:
+                f = self._binary(name, raw)
+            else:
+                f = special.get(name) or self.op(name, raw)
             setattr(mod, name, self._finish(f, name, raw))
         for ext, names in (("linalg", api.LINALG), ("fft", api.FFT)):
             bext = getattr(xp, ext, None)
@@ -760,7 +765,7 @@ class _Dispatcher:
         def binop(fname, reflected):
             raw = self.fixes.get(fname) or getattr(xp, fname)
             fn = getattr(mod, fname)
-            if fname in api.BINARY:  # elementwise: the function's own fast paths, as methods
+            if fname in api.BINARY or fname in _BINARY_FAST:  # the function's fast paths, as methods
                 pair = methods.get(fname)
                 if pair is None:
                     pair = methods[fname] = self._binary(fname, raw, operator=True)
@@ -891,6 +896,10 @@ class _Dispatcher:
 
 
 _OP_OF = {v: k for k, v in api.BINARY_OPERATORS.items()}
+
+
+#: two-array functions without parameters that take the elementwise binary fast path
+_BINARY_FAST = frozenset({"matmul"})
 
 
 def _raw_namespace(bxp, fixes, modname) -> types.ModuleType:

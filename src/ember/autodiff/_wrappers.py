@@ -74,7 +74,7 @@ def build(d) -> dict:
     from . import _api_tables as api
 
     for name in api.OTHER:
-        raw = getattr(xp, name, None)
+        raw = d.fixes.get(name) or getattr(xp, name, None)
         if raw is not None:
             out[name] = fast_generic(name, raw, checked=True)
     for ext, names in (("linalg", api.LINALG), ("fft", api.FFT)):
@@ -147,23 +147,29 @@ def build(d) -> dict:
 
     out["asarray"] = asarray
 
-    def relu_impl(x):
-        return xp.maximum(x, 0)
+    maximum = xp.maximum
 
-    out["_relu"] = lambda x: call("_relu", relu_impl, (x,), _NO_PARAMS)  # nn.relu's primitive
+    def relu_impl(x):
+        return maximum(x, 0)
+
+    out["_relu"] = d._unary("_relu", relu_impl)  # nn.relu's primitive, on the unary fast path
 
     # nn.softmax / nn.log_softmax as single primitives: one tape node and a fused VJP
-    # instead of six nodes (max, subtract, exp, sum, log, subtract) and their VJPs
+    # instead of six nodes (max, subtract, exp, sum, log, subtract) and their VJPs;
+    # written with the raw namespace's functions (direct reductions on NumPy)
+    R = d.raw_ns
+    rmax, rsum, exp, log = R.max, R.sum, R.exp, R.log
+
     def log_softmax_impl(x, axis):
-        s = x - xp.max(x, axis=axis, keepdims=True)
-        return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
+        s = x - rmax(x, axis=axis, keepdims=True)
+        return s - log(rsum(exp(s), axis=axis, keepdims=True))
 
     def softmax_impl(x, axis):
-        e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
-        return e / xp.sum(e, axis=axis, keepdims=True)
+        e = exp(x - rmax(x, axis=axis, keepdims=True))
+        return e / rsum(e, axis=axis, keepdims=True)
 
-    out["_log_softmax"] = lambda x, *, axis: call("_log_softmax", log_softmax_impl, (x,), {"axis": axis})
-    out["_softmax"] = lambda x, *, axis: call("_softmax", softmax_impl, (x,), {"axis": axis})
+    out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
+    out["_softmax"] = fast_generic("_softmax", softmax_impl)
 
     def copy_impl(x):
         return xp.asarray(x, copy=True)

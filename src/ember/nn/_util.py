@@ -19,6 +19,11 @@ def namespace(*arrays: Any) -> Any:
     whose parameters are being differentiated) use the Tensors' namespace,
     which accepts raw arrays of its backend.
     """
+    if len(arrays) == 1:  # one live ember Tensor, the usual case: its class knows its namespace
+        c = arrays[0].__class__
+        ns = getattr(c, "_ns", None)
+        if ns is not None and c is getattr(ns, "_Tensor", None):
+            return ns
     arrays = tuple(a for a in arrays if a is not None)
     try:
         return array_api_compat.array_namespace(*arrays)

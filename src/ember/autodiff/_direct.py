@@ -1,0 +1,77 @@
+"""Direct NumPy calls for hot functions where the compat layer only adds Python frames.
+
+Why: on the small arrays of a training step the Python frames around a NumPy
+kernel cost as much as the kernel. ``numpy.sum`` runs two Python functions
+(argument dispatch, ``_wrapreduction``) before ``numpy.add.reduce``, and
+array-api-compat's ``matmul``, ``matrix_transpose`` and ``permute_dims`` are
+Python wrappers around NumPy's own. Each function here calls the kernel
+directly with the standard's signature; values, dtypes and errors are NumPy's
+(``tests/test_direct.py`` compares them with the compat layer's).
+
+Only for the NumPy backend: other libraries keep their compat functions.
+
+==================  ============================================
+standard function   direct call
+==================  ============================================
+sum, prod           ``add.reduce``, ``multiply.reduce``
+max, min            ``maximum.reduce``, ``minimum.reduce``
+all, any            ``logical_and/or.reduce`` to ``bool``
+matmul              ``numpy.matmul``
+matrix_transpose    ``numpy.matrix_transpose`` (NumPy >= 2)
+permute_dims        ``numpy.transpose``
+==================  ============================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: reduction name -> (ufunc name, whether it takes ``dtype``)
+_REDUCTIONS = {
+    "sum": ("add", True),
+    "prod": ("multiply", True),
+    "max": ("maximum", False),
+    "min": ("minimum", False),
+}
+_LOGICAL = {"all": "logical_and", "any": "logical_or"}
+
+
+def _reduction(name: str, reduce, takes_dtype: bool):
+    if takes_dtype:
+
+        def f(x, /, *, axis=None, dtype=None, keepdims=False):
+            return reduce(x, axis, dtype, None, keepdims)
+    else:
+
+        def f(x, /, *, axis=None, keepdims=False):
+            return reduce(x, axis, None, None, keepdims)
+
+    f.__name__ = f.__qualname__ = name
+    return f
+
+
+def _logical(name: str, reduce):
+    def f(x, /, *, axis=None, keepdims=False):
+        return reduce(x, axis, bool, None, keepdims)
+
+    f.__name__ = f.__qualname__ = name
+    return f
+
+
+def direct_functions(lib: Any) -> dict:
+    """``{name: function}`` to use instead of the compat layer's for library ``lib``.
+
+    Empty unless ``lib`` is NumPy.
+    """
+    if getattr(lib, "__name__", None) != "numpy":
+        return {}
+    out: dict = {}
+    for name, (ufunc, takes_dtype) in _REDUCTIONS.items():
+        out[name] = _reduction(name, getattr(lib, ufunc).reduce, takes_dtype)
+    for name, ufunc in _LOGICAL.items():
+        out[name] = _logical(name, getattr(lib, ufunc).reduce)
+    out["matmul"] = lib.matmul  # a ufunc: same positional signature
+    if hasattr(lib, "matrix_transpose"):  # NumPy >= 2: checks ndim >= 2 itself
+        out["matrix_transpose"] = lib.matrix_transpose
+    out["permute_dims"] = lib.transpose  # its second parameter is ``axes`` too
+    return out

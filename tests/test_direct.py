@@ -1,0 +1,96 @@
+"""The direct NumPy calls (autodiff/_direct.py) give the compat layer's values, dtypes and errors."""
+
+from __future__ import annotations
+
+import array_api_compat.numpy as cnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from ember.autodiff._direct import direct_functions
+
+DIRECT = direct_functions(np)
+DTYPES = st.sampled_from([np.bool_, np.int8, np.int32, np.int64, np.uint16, np.float32, np.float64,
+                          np.complex128])
+
+
+@st.composite
+def array_and_axis(draw, min_dims=0):
+    dtype = draw(DTYPES)
+    shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=0, max_side=3))
+    x = draw(hnp.arrays(dtype, shape, elements={"allow_nan": True} if dtype().dtype.kind in "fc" else None))
+    ndim = len(shape)
+    axis = draw(st.none() | (st.integers(-ndim, ndim - 1) if ndim else st.none())
+                | st.lists(st.integers(0, max(ndim - 1, 0)), unique=True, max_size=ndim).map(tuple))
+    return x, axis
+
+
+def _same(a, b):
+    """Equal values (NaN where NaN), dtype and shape; or the same exception type."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a, b)
+
+
+def _both(f, g):
+    try:
+        want = g()
+    except Exception as e:
+        with pytest.raises(type(e)):
+            f()
+        return
+    _same(f(), want)
+
+
+def test_only_numpy_gets_direct_functions():
+    assert direct_functions(cnp) == {}  # the compat module is not the library
+    assert set(DIRECT) >= {"sum", "prod", "max", "min", "all", "any", "matmul", "permute_dims"}
+
+
+@pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "all", "any"])
+@given(data=array_and_axis(), keepdims=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_reductions_match_compat(name, data, keepdims):
+    x, axis = data
+    with np.errstate(all="ignore"):
+        _both(lambda: DIRECT[name](x, axis=axis, keepdims=keepdims),
+              lambda: getattr(cnp, name)(x, axis=axis, keepdims=keepdims))
+
+
+@pytest.mark.parametrize("name", ["sum", "prod"])
+@pytest.mark.parametrize("dtype", [None, np.float64, np.int64, np.complex128])
+def test_reduction_dtype_argument(name, dtype):
+    x = np.arange(6, dtype=np.int16).reshape(2, 3)
+    _same(DIRECT[name](x, axis=1, dtype=dtype), getattr(cnp, name)(x, axis=1, dtype=dtype))
+
+
+@given(a=hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, max_side=3)),
+       b=hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, max_side=3)))
+@settings(max_examples=60, deadline=None)
+def test_matmul_matches_compat(a, b):
+    with np.errstate(all="ignore"):
+        _both(lambda: DIRECT["matmul"](a, b), lambda: cnp.matmul(a, b))
+
+
+@given(x=hnp.arrays(np.float32, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=3)))
+@settings(max_examples=40, deadline=None)
+def test_transposes_match_compat(x):
+    if "matrix_transpose" in DIRECT:
+        _both(lambda: DIRECT["matrix_transpose"](x), lambda: cnp.matrix_transpose(x))
+    axes = tuple(reversed(range(x.ndim)))
+    _same(DIRECT["permute_dims"](x, axes), cnp.permute_dims(x, axes))
+
+
+def test_namespace_uses_them():
+    """The wrapper's sum on NumPy is the direct one (and still follows the standard's signature)."""
+    import ember.autodiff.numpy as xp
+
+    for ns in (xp._dispatch.raw_ns, xp._dispatch.fixes):
+        f = ns.sum if ns is xp._dispatch.raw_ns else ns["sum"]
+        assert f.__module__ == "ember.autodiff._direct"
+    x = xp.asarray([[1.0, 2.0], [3.0, 4.0]])
+    assert float(xp.sum(x)) == 10.0 and xp.sum(x, axis=0, keepdims=True).shape == (1, 2)
+    with pytest.raises(TypeError):
+        xp.sum(x, 0)  # axis is keyword-only in the standard
