@@ -94,3 +94,33 @@ def test_namespace_uses_them():
     assert float(xp.sum(x)) == 10.0 and xp.sum(x, axis=0, keepdims=True).shape == (1, 2)
     with pytest.raises(TypeError):
         xp.sum(x, 0)  # axis is keyword-only in the standard
+
+
+@given(x=hnp.arrays(st.sampled_from([np.float32, np.int64, np.bool_]), hnp.array_shapes(min_dims=0, max_dims=2, max_side=2)),
+       shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3))
+@settings(max_examples=60, deadline=None)
+def test_broadcast_to_matches_compat(x, shape):
+    _both(lambda: DIRECT["broadcast_to"](x, shape), lambda: cnp.broadcast_to(x, shape))
+    try:
+        r = DIRECT["broadcast_to"](x, shape)
+    except ValueError:
+        return
+    assert not r.flags.writeable  # a view: writing would change every element
+
+
+@pytest.mark.parametrize("shape", [(-1,), (2, -3)])
+def test_broadcast_to_rejects_negative_sizes(shape):
+    with pytest.raises(ValueError):
+        DIRECT["broadcast_to"](np.asarray(1.0), shape)
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_astype_matches_compat(copy):
+    x = np.arange(4, dtype=np.int32)
+    for dtype in (np.float32, np.int32, np.bool_):
+        r = DIRECT["astype"](x, dtype, copy=copy)
+        _same(r, cnp.astype(x, dtype, copy=copy))
+        assert (r is x) == (not copy and dtype == np.int32)
+    _same(DIRECT["astype"](x, np.float64, device="cpu"), x.astype(np.float64))
+    with pytest.raises(ValueError):
+        DIRECT["astype"](x, np.float64, device="gpu")

@@ -17,8 +17,10 @@ sum, prod           ``add.reduce``, ``multiply.reduce``
 max, min            ``maximum.reduce``, ``minimum.reduce``
 all, any            ``logical_and/or.reduce`` to ``bool``
 matmul              ``numpy.matmul``
-matrix_transpose    ``numpy.matrix_transpose`` (NumPy >= 2)
+matrix_transpose    ``x.mT`` (NumPy >= 2)
 permute_dims        ``numpy.transpose``
+broadcast_to        a zero-stride view for 0-d input
+astype              the ``ndarray.astype`` method
 ==================  ============================================
 """
 
@@ -58,6 +60,37 @@ def _logical(name: str, reduce):
     return f
 
 
+def _broadcast_to(lib):
+    """A 0-d array (a full reduction's cotangent) as a read-only view with zero strides."""
+    general, ndarray = lib.broadcast_to, lib.ndarray
+
+    def broadcast_to(x, /, shape):
+        if x.__class__ is ndarray and x.ndim == 0:
+            shape = tuple(shape)
+            if shape and min(shape) < 0:
+                return general(x, shape)  # its error
+            r = ndarray(shape, x.dtype, x, 0, (0,) * len(shape))
+            r.flags.writeable = False  # as numpy.broadcast_to's views
+            return r
+        return general(x, shape)
+
+    return broadcast_to
+
+
+def _astype(lib):
+    """``x.astype`` (the method), except for a device the compat layer must check."""
+    import array_api_compat.numpy as cnp
+
+    general = cnp.astype
+
+    def astype(x, dtype, /, *, copy=True, device=None):
+        if device is None:
+            return x.astype(dtype, copy=copy)
+        return general(x, dtype, copy=copy, device=device)
+
+    return astype
+
+
 def direct_functions(lib: Any) -> dict:
     """``{name: function}`` to use instead of the compat layer's for library ``lib``.
 
@@ -71,7 +104,13 @@ def direct_functions(lib: Any) -> dict:
     for name, ufunc in _LOGICAL.items():
         out[name] = _logical(name, getattr(lib, ufunc).reduce)
     out["matmul"] = lib.matmul  # a ufunc: same positional signature
-    if hasattr(lib, "matrix_transpose"):  # NumPy >= 2: checks ndim >= 2 itself
-        out["matrix_transpose"] = lib.matrix_transpose
+    if hasattr(lib.ndarray, "mT"):  # NumPy >= 2: the attribute raises ValueError for ndim < 2
+
+        def matrix_transpose(x, /):
+            return x.mT
+
+        out["matrix_transpose"] = matrix_transpose
     out["permute_dims"] = lib.transpose  # its second parameter is ``axes`` too
+    out["broadcast_to"] = _broadcast_to(lib)
+    out["astype"] = _astype(lib)
     return out

@@ -53,6 +53,24 @@ class _Leaf:
 
 def _track(x, trace: Trace) -> _Leaf | None:
     """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating."""
+    c = x.__class__
+    ns = getattr(c, "_ns", None)
+    if ns is not None and c is ns._Tensor:  # a live Tensor (the usual case), inline
+        d = ns._dispatch
+        v = x._value
+        ok = d.floating.get(v.dtype)
+        if ok is None:
+            ok = d.is_differentiable(x)
+        if not ok:
+            return None
+        t = c()  # a fresh handle: the tape never holds the caller's object (ownership)
+        t._value = v
+        t._node = x._node
+        node = make_node(None, None, None, (), None, trace, ns)
+        leaf = c()
+        leaf._value = t
+        leaf._node = node
+        return _Leaf(leaf, node, False, x)
     raw_input = not isinstance(x, Tensor)
     # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
     if raw_input:

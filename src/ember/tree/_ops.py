@@ -125,6 +125,21 @@ def _dict_order(d: dict[Any, Any]) -> tuple[Any, ...]:
         return tuple(d)
 
 
+def _children(xs: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> tuple[Any, ...]:
+    """The treedef nodes of a container's children; leaves of known types without a call each."""
+    if is_leaf is not None:
+        return tuple([_flat(c, out, is_leaf) for c in xs])
+    nodes = []
+    get = _DISPATCH.get
+    for c in xs:
+        if get(c.__class__) is LEAF:  # an array, the usual child of a parameter container
+            out.append(c)
+            nodes.append(_LEAF)
+        else:
+            nodes.append(_flat(c, out, None))
+    return tuple(nodes)
+
+
 def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
     """Append x's leaves to ``out`` and return its treedef node (recursive)."""
     if is_leaf is not None and is_leaf(x):
@@ -140,11 +155,11 @@ def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
         return _Const(x)
     code = kind.code
     if code == LIST or code == TUPLE:
-        return _Node(kind, None, _EMPTY, tuple([_flat(c, out, is_leaf) for c in x]))
+        return _Node(kind, None, _EMPTY, _children(x, out, is_leaf))
     if code == DICT or code == DICTLIKE:
         keys = _dict_order(x)
         consts = (x.default_factory,) if code == DICTLIKE and hasattr(x, "default_factory") else _EMPTY
-        return _Node(kind, keys, consts, tuple([_flat(x[k], out, is_leaf) for k in keys]))
+        return _Node(kind, keys, consts, _children([x[k] for k in keys], out, is_leaf))
     if code == NAMEDTUPLE:
         return _Node(kind, None, _EMPTY, tuple([_flat(c, out, is_leaf) for c in x]))
     if code == DATACLASS:
@@ -168,11 +183,11 @@ def _build(d: Any, it: Iterator[Any]) -> Any:
     kind = d.kind
     code = kind.code
     if code == LIST:
-        return [_build(c, it) for c in d.children]
+        return [next(it) if c is _LEAF else _build(c, it) for c in d.children]
     if code == TUPLE:
-        return tuple([_build(c, it) for c in d.children])
+        return tuple([next(it) if c is _LEAF else _build(c, it) for c in d.children])
     if code == DICT:
-        return {k: _build(c, it) for k, c in zip(d.aux, d.children)}
+        return {k: next(it) if c is _LEAF else _build(c, it) for k, c in zip(d.aux, d.children)}
     if code == DICTLIKE:
         items = [(k, _build(c, it)) for k, c in zip(d.aux, d.children)]
         if d.consts:

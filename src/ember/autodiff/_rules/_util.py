@@ -42,13 +42,16 @@ def fit(ns, g, x):
         lead = len(gshape) - len(shape)
         if lead < 0:  # x had leading 1s that the op dropped (e.g. a value written by setitem)
             return fit(ns, ns.reshape(g, (1,) * -lead + gshape), x)
-        ones = tuple(lead + i for i, s in enumerate(shape) if s == 1 and gshape[lead + i] != 1)
-        if ones:
-            g = ns.reshape(ns.sum(g, axis=tuple(range(lead)) + ones, keepdims=True), shape)
-        elif lead:  # only leading axes were added (a bias): the sum has x's shape already
-            g = ns.sum(g, axis=tuple(range(lead)))
+        if lead and gshape[lead:] == shape:  # only leading axes were added (a bias)
+            g = ns.sum(g, axis=0 if lead == 1 else tuple(range(lead)))
         else:
-            g = ns.reshape(g, shape)
+            ones = tuple(lead + i for i, s in enumerate(shape) if s == 1 and gshape[lead + i] != 1)
+            if ones:
+                g = ns.reshape(ns.sum(g, axis=tuple(range(lead)) + ones, keepdims=True), shape)
+            elif lead:  # leading axes only, but sizes a backend reports unknown (dask: NaN)
+                g = ns.sum(g, axis=tuple(range(lead)))
+            else:
+                g = ns.reshape(g, shape)
     gd = g.dtype
     if gd is not x.dtype and gd != x.dtype:  # builtin dtypes are singletons: `is` decides
         if is_complex(ns, g) and not is_complex(ns, x):

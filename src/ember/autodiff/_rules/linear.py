@@ -13,7 +13,10 @@ from ._util import cj, fit
 
 
 def _matmul_a(ns, g, ans, a, b):
-    b = cj(ns, b)
+    if b.dtype in ns._complex:
+        b = ns.conj(b)
+    if a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype == g.dtype:  # common: no fit needed
+        return ns.matmul(g, ns.matrix_transpose(b))
     if a.ndim == 1 and b.ndim == 1:
         return g * b
     if a.ndim == 1:
@@ -24,7 +27,10 @@ def _matmul_a(ns, g, ans, a, b):
 
 
 def _matmul_b(ns, g, ans, a, b):
-    a = cj(ns, a)
+    if a.dtype in ns._complex:
+        a = ns.conj(a)
+    if a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype == g.dtype:  # common: no fit needed
+        return ns.matmul(ns.matrix_transpose(a), g)
     if a.ndim == 1 and b.ndim == 1:
         return g * a
     if a.ndim == 1:
