@@ -8,19 +8,26 @@ A step is: forward, softmax cross-entropy against one-hot labels (mean over
 the batch), backward, and the update ``p - lr * g`` for every parameter.
 Parameters are carried from step to step.  Implementations:
 
-- ``numpy``      hand-written forward and backward (reference)
-- ``ember``      ``ember.value_and_grad`` over a dict of params, plain arithmetic update
-- ``torch``      eager CPU, ``.backward()`` + in-place update under ``no_grad``
-- ``autograd``   HIPS autograd ``value_and_grad`` over the dict
-- ``mygrad``     MyGrad tensors + ``.backward()``
-- ``jax-eager``  ``jax.value_and_grad`` without jit
-- ``jax-jit``    the whole step (value_and_grad + update) under ``jax.jit``
+- ``numpy``          hand-written forward and backward (reference)
+- ``ember``          ``ember.value_and_grad`` over a dict of params, plain arithmetic
+                     update; ReLU and log-softmax are ``ember.nn.relu`` / ``nn.log_softmax``
+- ``ember-generic``  the same with the loss written in plain array-API ops
+                     (``maximum``, ``max``, ``exp``, ``sum``, ``log``): what composition costs
+- ``torch``          eager CPU, ``torch.relu`` / ``torch.log_softmax``, ``.backward()`` +
+                     in-place update under ``no_grad``
+- ``autograd``       HIPS autograd ``value_and_grad`` over the dict (plain ops: it has no nn)
+- ``mygrad``         MyGrad tensors + ``.backward()`` (plain ops)
+- ``jax-eager``      ``jax.value_and_grad`` without jit, ``jax.nn.relu`` / ``log_softmax``
+- ``jax-jit``        the whole step (value_and_grad + update) under ``jax.jit``
+
+Every library that has a fused ReLU and log-softmax uses it, as its users would.
 
 Run: ``python benchmarks/mlp.py [--quick]`` or ``benchmarks/run mlp``.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from collections.abc import Callable
@@ -51,13 +58,21 @@ def make_problem(dtype: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndar
     return params, x, y
 
 
-def loss_fn(params: dict[str, Any], x: Any, y: Any, ns: Any) -> Any:
-    """Softmax cross-entropy of the MLP, written against a numpy-like namespace."""
-    h = ns.maximum(ns.matmul(x, params["W1"]) + params["b1"], 0.0)
-    h = ns.maximum(ns.matmul(h, params["W2"]) + params["b2"], 0.0)
+def loss_fn(params: dict[str, Any], x: Any, y: Any, ns: Any, relu: Any = None,
+            log_softmax: Any = None) -> Any:
+    """Softmax cross-entropy of the MLP, written against a numpy-like namespace.
+
+    ``relu(h)`` and ``log_softmax(z, axis)`` default to their plain-op compositions.
+    """
+    relu = relu or (lambda h: ns.maximum(h, 0.0))
+    h = relu(ns.matmul(x, params["W1"]) + params["b1"])
+    h = relu(ns.matmul(h, params["W2"]) + params["b2"])
     z = ns.matmul(h, params["W3"]) + params["b3"]
-    zs = z - ns.max(z, axis=1, keepdims=True)
-    logp = zs - ns.log(ns.sum(ns.exp(zs), axis=1, keepdims=True))
+    if log_softmax is None:
+        zs = z - ns.max(z, axis=1, keepdims=True)
+        logp = zs - ns.log(ns.sum(ns.exp(zs), axis=1, keepdims=True))
+    else:
+        logp = log_softmax(z, 1)
     return -ns.sum(y * logp) / BATCH
 
 
@@ -91,12 +106,14 @@ def setup_numpy(dtype: Any) -> Callable[[], Any]:
     return step
 
 
-def setup_ember(dtype: Any) -> Callable[[], Any]:
+def setup_ember(dtype: Any, generic: bool = False) -> Callable[[], Any]:
     ember, xp = import_ember()
     with peers.ember_ready():
         params, x, y = make_problem(dtype)
         xt, yt = xp.asarray(x), xp.asarray(y)
-        vg = ember.value_and_grad(lambda p: loss_fn(p, xt, yt, xp))
+        nn = {} if generic else {"relu": ember.nn.relu,
+                                 "log_softmax": lambda z, axis: ember.nn.log_softmax(z, axis=axis)}
+        vg = ember.value_and_grad(lambda p: loss_fn(p, xt, yt, xp, **nn))
         step = peers.sgd_step(vg, {k: xp.asarray(v) for k, v in params.items()}, LR)
         step()
     return step
@@ -111,9 +128,7 @@ def setup_torch(dtype: Any) -> Callable[[], Any]:
         h = torch.relu(xt @ p["W1"] + p["b1"])
         h = torch.relu(h @ p["W2"] + p["b2"])
         z = h @ p["W3"] + p["b3"]
-        zs = z - torch.amax(z, dim=1, keepdim=True)
-        logp = zs - torch.log(torch.sum(torch.exp(zs), dim=1, keepdim=True))
-        return -torch.sum(yt * logp) / BATCH
+        return -torch.sum(yt * torch.log_softmax(z, dim=1)) / BATCH
 
     return peers.torch_sgd_step(torch, peers.torch_params(torch, params), loss, LR)
 
@@ -134,7 +149,8 @@ def setup_jax(dtype: Any, jit: bool) -> Callable[[], Any]:
     jax, jnp = peers.import_jax()
     params, x, y = make_problem(dtype)
     xj, yj = jnp.asarray(x), jnp.asarray(y)
-    return peers.jax_sgd_step(jax, lambda p: loss_fn(p, xj, yj, jnp), params, LR, jit)
+    nn = {"relu": jax.nn.relu, "log_softmax": lambda z, axis: jax.nn.log_softmax(z, axis=axis)}
+    return peers.jax_sgd_step(jax, lambda p: loss_fn(p, xj, yj, jnp, **nn), params, LR, jit)
 
 
 def workloads() -> list[Workload]:
@@ -144,6 +160,7 @@ def workloads() -> list[Workload]:
         {
             "numpy": setup_numpy,
             "ember": setup_ember,
+            "ember-generic": functools.partial(setup_ember, generic=True),
             "torch": setup_torch,
             "autograd": setup_autograd,
             "mygrad": setup_mygrad,
@@ -152,7 +169,7 @@ def workloads() -> list[Workload]:
         f"MLP {'-'.join(map(str, SIZES))} ReLU, batch {BATCH}, SGD step, {{dtype}}",
         unit="ms/step",
         reference="numpy",
-        ratios=[("ember", "numpy"), ("ember", "torch")],
+        ratios=[("ember", "numpy"), ("ember", "torch"), ("ember-generic", "numpy")],
     )
 
 

@@ -62,10 +62,13 @@ def _logical(name: str, reduce):
 
 def _broadcast_to(lib):
     """A 0-d array (a full reduction's cotangent) as a read-only view with zero strides."""
-    general, ndarray = lib.broadcast_to, lib.ndarray
+    general, ndarray, generic, asarray = lib.broadcast_to, lib.ndarray, lib.generic, lib.asarray
 
     def broadcast_to(x, /, shape):
-        if x.__class__ is ndarray and x.ndim == 0:
+        c = x.__class__
+        if (c is ndarray and x.ndim == 0) or isinstance(x, generic):  # 0-d, or a NumPy scalar
+            if c is not ndarray:
+                x = asarray(x)
             shape = tuple(shape)
             if shape and min(shape) < 0:
                 return general(x, shape)  # its error
