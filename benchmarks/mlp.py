@@ -10,17 +10,19 @@ Parameters are carried from step to step.  Implementations:
 
 - ``numpy``          hand-written forward and backward (reference)
 - ``ember``          ``ember.value_and_grad`` over a dict of params, plain arithmetic
-                     update; ReLU and log-softmax are ``ember.nn.relu`` / ``nn.log_softmax``
-- ``ember-generic``  the same with the loss written in plain array-API ops
+                     update; ``ember.nn.relu`` and ``ember.nn.cross_entropy``
+- ``ember-generic``  the same with ReLU and the loss written in plain array-API ops
                      (``maximum``, ``max``, ``exp``, ``sum``, ``log``): what composition costs
-- ``torch``          eager CPU, ``torch.relu`` / ``torch.log_softmax``, ``.backward()`` +
+- ``torch``          eager CPU, ``torch.relu`` and ``F.cross_entropy``, ``.backward()`` +
                      in-place update under ``no_grad``
 - ``autograd``       HIPS autograd ``value_and_grad`` over the dict (plain ops: it has no nn)
 - ``mygrad``         MyGrad tensors + ``.backward()`` (plain ops)
 - ``jax-eager``      ``jax.value_and_grad`` without jit, ``jax.nn.relu`` / ``log_softmax``
+                     (JAX has no cross-entropy of its own)
 - ``jax-jit``        the whole step (value_and_grad + update) under ``jax.jit``
 
-Every library that has a fused ReLU and log-softmax uses it, as its users would.
+Every library that has its own ReLU, log-softmax or cross-entropy uses it, as its
+users would.
 
 Run: ``python benchmarks/mlp.py [--quick]`` or ``benchmarks/run mlp``.
 """
@@ -59,20 +61,19 @@ def make_problem(dtype: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndar
 
 
 def loss_fn(params: dict[str, Any], x: Any, y: Any, ns: Any, relu: Any = None,
-            log_softmax: Any = None) -> Any:
-    """Softmax cross-entropy of the MLP, written against a numpy-like namespace.
+            cross_entropy: Any = None) -> Any:
+    """Softmax cross-entropy of the MLP (mean over the batch), against a numpy-like namespace.
 
-    ``relu(h)`` and ``log_softmax(z, axis)`` default to their plain-op compositions.
+    ``relu(h)`` and ``cross_entropy(logits, y)`` default to their plain-op compositions.
     """
     relu = relu or (lambda h: ns.maximum(h, 0.0))
     h = relu(ns.matmul(x, params["W1"]) + params["b1"])
     h = relu(ns.matmul(h, params["W2"]) + params["b2"])
     z = ns.matmul(h, params["W3"]) + params["b3"]
-    if log_softmax is None:
-        zs = z - ns.max(z, axis=1, keepdims=True)
-        logp = zs - ns.log(ns.sum(ns.exp(zs), axis=1, keepdims=True))
-    else:
-        logp = log_softmax(z, 1)
+    if cross_entropy is not None:
+        return cross_entropy(z, y)
+    zs = z - ns.max(z, axis=1, keepdims=True)
+    logp = zs - ns.log(ns.sum(ns.exp(zs), axis=1, keepdims=True))
     return -ns.sum(y * logp) / BATCH
 
 
@@ -111,8 +112,7 @@ def setup_ember(dtype: Any, generic: bool = False) -> Callable[[], Any]:
     with peers.ember_ready():
         params, x, y = make_problem(dtype)
         xt, yt = xp.asarray(x), xp.asarray(y)
-        nn = {} if generic else {"relu": ember.nn.relu,
-                                 "log_softmax": lambda z, axis: ember.nn.log_softmax(z, axis=axis)}
+        nn = {} if generic else {"relu": ember.nn.relu, "cross_entropy": ember.nn.cross_entropy}
         vg = ember.value_and_grad(lambda p: loss_fn(p, xt, yt, xp, **nn))
         step = peers.sgd_step(vg, {k: xp.asarray(v) for k, v in params.items()}, LR)
         step()
@@ -127,8 +127,7 @@ def setup_torch(dtype: Any) -> Callable[[], Any]:
     def loss(p: dict[str, Any]) -> Any:
         h = torch.relu(xt @ p["W1"] + p["b1"])
         h = torch.relu(h @ p["W2"] + p["b2"])
-        z = h @ p["W3"] + p["b3"]
-        return -torch.sum(yt * torch.log_softmax(z, dim=1)) / BATCH
+        return torch.nn.functional.cross_entropy(h @ p["W3"] + p["b3"], yt)  # yt: probabilities
 
     return peers.torch_sgd_step(torch, peers.torch_params(torch, params), loss, LR)
 
@@ -149,7 +148,8 @@ def setup_jax(dtype: Any, jit: bool) -> Callable[[], Any]:
     jax, jnp = peers.import_jax()
     params, x, y = make_problem(dtype)
     xj, yj = jnp.asarray(x), jnp.asarray(y)
-    nn = {"relu": jax.nn.relu, "log_softmax": lambda z, axis: jax.nn.log_softmax(z, axis=axis)}
+    nn = {"relu": jax.nn.relu,
+          "cross_entropy": lambda z, y: -jnp.sum(y * jax.nn.log_softmax(z, axis=1)) / BATCH}
     return peers.jax_sgd_step(jax, lambda p: loss_fn(p, xj, yj, jnp, **nn), params, LR, jit)
 
 

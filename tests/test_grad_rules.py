@@ -173,6 +173,18 @@ case("_log_softmax (nn.log_softmax)", args_of(arrays(shapes(min_dims=2, min_side
 
 
 @st.composite
+def _logits_targets(draw):
+    shape = draw(shapes(min_dims=1, min_side=1))
+    return draw(arrays(shape)), draw(arrays(shape, 0.0, 1.0))  # targets need not sum to 1
+
+
+case("_softmax_cross_entropy (nn.cross_entropy)", _logits_targets(),
+     lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=-1))
+case("_softmax_cross_entropy axis 0", _logits_targets(),
+     lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=0))
+
+
+@st.composite
 def _remainder(draw):
     shape = draw(shapes())
     x2 = draw(arrays(shape, 0.5, 2.0)) * draw(hnp.arrays(np.float64, shape, elements=st.sampled_from([-1.0, 1.0])))

@@ -168,8 +168,13 @@ def build(d) -> dict:
         e = exp(x - rmax(x, axis=axis, keepdims=True))
         return e / rsum(e, axis=axis, keepdims=True)
 
+    def softmax_cross_entropy_impl(z, t, axis):
+        return -rsum(t * log_softmax_impl(z, axis), axis=axis)
+
     out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
     out["_softmax"] = fast_generic("_softmax", softmax_impl)
+    # nn.cross_entropy: -sum(t * log_softmax(z)) along axis, one node (t: probabilities)
+    out["_softmax_cross_entropy"] = fast_generic("_softmax_cross_entropy", softmax_cross_entropy_impl)
 
     def copy_impl(x):
         return xp.asarray(x, copy=True)

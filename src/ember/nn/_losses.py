@@ -51,13 +51,15 @@ def cross_entropy(
 
     ``targets`` are integer class indices (``logits.shape`` without ``axis``)
     or class probabilities (``logits.shape``). With ``label_smoothing=e`` the
-    target becomes ``(1 - e) * target + e / num_classes``.
+    target becomes ``(1 - e) * target + e / num_classes``. On ember namespaces
+    the per-row loss is one primitive whose VJP is ``softmax(z) * sum(t) - t``.
     """
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(BAD_SMOOTHING.format(value=label_smoothing))
     xp = namespace(logits, targets)
     ax = axis % logits.ndim
-    logp = log_softmax(logits, axis=ax)
+    fused = getattr(xp, "_softmax_cross_entropy", None)  # ember namespaces: one primitive
+    logp = None if fused is not None else log_softmax(logits, axis=ax)
     ncls = logits.shape[ax]
     ishape = tuple(s for i, s in enumerate(logits.shape) if i != ax)
     if xp.isdtype(targets.dtype, "integral"):
@@ -67,16 +69,21 @@ def cross_entropy(
         shape = [1] * logits.ndim
         shape[ax] = ncls
         classes = xp.reshape(xp.arange(ncls, dtype=targets.dtype), tuple(shape))
-        onehot = xp.astype(xp.expand_dims(targets, axis=ax) == classes, logp.dtype)
+        onehot = xp.astype(xp.expand_dims(targets, axis=ax) == classes, logits.dtype)
     else:
         if tuple(targets.shape) != tuple(logits.shape):
             raise ValueError(BAD_TARGET.format(tshape=tuple(targets.shape), tdtype=targets.dtype,
                                                lshape=tuple(logits.shape), ishape=ishape))
         onehot = targets
-    loss = -xp.sum(onehot * logp, axis=ax)
-    if label_smoothing:
-        smooth = -xp.mean(logp, axis=ax)
-        loss = (1.0 - label_smoothing) * loss + label_smoothing * smooth
+    if fused is not None:
+        if label_smoothing:  # the same loss as smoothing the target
+            onehot = (1.0 - label_smoothing) * onehot + label_smoothing / ncls
+        loss = fused(logits, onehot, axis=ax)
+    else:
+        loss = -xp.sum(onehot * logp, axis=ax)
+        if label_smoothing:
+            smooth = -xp.mean(logp, axis=ax)
+            loss = (1.0 - label_smoothing) * loss + label_smoothing * smooth
     return _reduce(xp, loss, reduction, "cross_entropy")
 
 

@@ -242,4 +242,22 @@ defvjp("_relu", lambda ns, g, ans, x: select(ns, x > 0, g))
 # nn.softmax / nn.log_softmax (one primitive each): y = softmax(x), l = log_softmax(x)
 defvjp("_softmax", lambda ns, g, ans, x, *, axis: ans * (g - ns.sum(g * ans, axis=axis, keepdims=True)))
 defvjp("_log_softmax", lambda ns, g, ans, x, *, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True))
+
+
+def _ce_logits(ns, g, ans, z, t, *, axis):
+    # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t; softmax is recomputed
+    # (the node keeps the per-row loss only), which on a classifier's logits is cheap
+    e = ns.exp(z - ns.max(z, axis=axis, keepdims=True))
+    s = ns.sum(e, axis=axis, keepdims=True)
+    d = e * (ns.sum(t, axis=axis, keepdims=True) / s) - t
+    return fit(ns, ns.expand_dims(g, axis=axis) * d, z)
+
+
+def _ce_targets(ns, g, ans, z, t, *, axis):
+    s = z - ns.max(z, axis=axis, keepdims=True)
+    logp = s - ns.log(ns.sum(ns.exp(s), axis=axis, keepdims=True))
+    return fit(ns, -ns.expand_dims(g, axis=axis) * logp, t)
+
+
+defvjp("_softmax_cross_entropy", _ce_logits, _ce_targets)
 defvjp("_to_device", lambda ns, g, ans, x: g.to_device(x.device), raw=False)  # Tensor.to_device
