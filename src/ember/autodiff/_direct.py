@@ -14,6 +14,7 @@ Only for the NumPy backend: other libraries keep their compat functions.
 standard function   direct call
 ==================  ============================================
 sum, prod           ``add.reduce``, ``multiply.reduce``
+mean                ``add.reduce`` / count (float32/64, complex)
 max, min            ``maximum.reduce``, ``minimum.reduce``
 all, any            ``logical_and/or.reduce`` to ``bool``
 matmul              ``numpy.matmul``
@@ -58,6 +59,34 @@ def _logical(name: str, reduce):
 
     f.__name__ = f.__qualname__ = name
     return f
+
+
+def _mean(lib):
+    """``add.reduce`` divided by the count, as ``numpy.mean`` computes it (float32/64, complex).
+
+    Other dtypes (float16 accumulates in float32, integers give float64) and
+    empty reductions (a warning and NaN) go to ``numpy.mean`` itself.
+    """
+    general, add, divide = lib.mean, lib.add.reduce, lib.true_divide
+    fast = {lib.dtype(t) for t in ("float32", "float64", "complex64", "complex128")}
+
+    def mean(x, /, *, axis=None, keepdims=False):
+        if x.dtype not in fast:
+            return general(x, axis=axis, keepdims=keepdims)
+        shape = x.shape
+        if axis is None:
+            n = x.size
+        elif isinstance(axis, int):
+            n = shape[axis] if -len(shape) <= axis < len(shape) else 0
+        else:
+            n = 1
+            for a in axis:
+                n *= shape[a] if -len(shape) <= a < len(shape) else 0
+        if n == 0:
+            return general(x, axis=axis, keepdims=keepdims)
+        return divide(add(x, axis, None, None, keepdims), n)
+
+    return mean
 
 
 def _broadcast_to(lib):
@@ -114,6 +143,7 @@ def direct_functions(lib: Any) -> dict:
 
         out["matrix_transpose"] = matrix_transpose
     out["permute_dims"] = lib.transpose  # its second parameter is ``axes`` too
+    out["mean"] = _mean(lib)
     out["broadcast_to"] = _broadcast_to(lib)
     out["astype"] = _astype(lib)
     return out

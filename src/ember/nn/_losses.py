@@ -57,29 +57,31 @@ def cross_entropy(
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(BAD_SMOOTHING.format(value=label_smoothing))
     xp = namespace(logits, targets)
-    ax = axis % logits.ndim
+    lshape, tshape = tuple(logits.shape), tuple(targets.shape)
+    ax = axis % len(lshape)
+    ncls = lshape[ax]
     fused = getattr(xp, "_softmax_cross_entropy", None)  # ember namespaces: one primitive
-    logp = None if fused is not None else log_softmax(logits, axis=ax)
-    ncls = logits.shape[ax]
-    ishape = tuple(s for i, s in enumerate(logits.shape) if i != ax)
-    if xp.isdtype(targets.dtype, "integral"):
-        if tuple(targets.shape) != ishape:
-            raise ValueError(BAD_TARGET.format(tshape=tuple(targets.shape), tdtype=targets.dtype,
-                                               lshape=tuple(logits.shape), ishape=ishape))
-        shape = [1] * logits.ndim
-        shape[ax] = ncls
-        classes = xp.reshape(xp.arange(ncls, dtype=targets.dtype), tuple(shape))
-        onehot = xp.astype(xp.expand_dims(targets, axis=ax) == classes, logits.dtype)
-    else:
-        if tuple(targets.shape) != tuple(logits.shape):
-            raise ValueError(BAD_TARGET.format(tshape=tuple(targets.shape), tdtype=targets.dtype,
-                                               lshape=tuple(logits.shape), ishape=ishape))
+    if tshape == lshape and targets.dtype == logits.dtype:  # probabilities (the fast case)
         onehot = targets
+    else:
+        integral = xp.isdtype(targets.dtype, "integral")  # class indices
+        ishape = lshape[:ax] + lshape[ax + 1:]
+        if tshape != (ishape if integral else lshape):
+            raise ValueError(BAD_TARGET.format(tshape=tshape, tdtype=targets.dtype, lshape=lshape,
+                                               ishape=ishape))
+        if integral:
+            shape = [1] * len(lshape)
+            shape[ax] = ncls
+            classes = xp.reshape(xp.arange(ncls, dtype=targets.dtype), tuple(shape))
+            onehot = xp.astype(xp.expand_dims(targets, axis=ax) == classes, logits.dtype)
+        else:
+            onehot = targets
     if fused is not None:
         if label_smoothing:  # the same loss as smoothing the target
             onehot = (1.0 - label_smoothing) * onehot + label_smoothing / ncls
         loss = fused(logits, onehot, axis=ax)
     else:
+        logp = log_softmax(logits, axis=ax)
         loss = -xp.sum(onehot * logp, axis=ax)
         if label_smoothing:
             smooth = -xp.mean(logp, axis=ax)

@@ -19,10 +19,17 @@ def namespace(*arrays: Any) -> Any:
     whose parameters are being differentiated) use the Tensors' namespace,
     which accepts raw arrays of its backend.
     """
-    if len(arrays) == 1:  # one live ember Tensor, the usual case: its class knows its namespace
-        c = arrays[0].__class__
-        ns = getattr(c, "_ns", None)
-        if ns is not None and c is getattr(ns, "_Tensor", None):
+    ns = None  # live ember Tensors of one namespace, the usual case: their class knows it
+    for a in arrays:
+        c = a.__class__
+        m = getattr(c, "_ns", None)
+        if m is None or c is not getattr(m, "_Tensor", None) or (ns is not None and m is not ns):
+            if a is not None:
+                break
+        else:
+            ns = m
+    else:
+        if ns is not None:
             return ns
     arrays = tuple(a for a in arrays if a is not None)
     try:
