@@ -42,13 +42,15 @@ NOT_ARRAY = (
 class _Leaf:
     """Bookkeeping for one differentiated leaf: its tracked tensor and how to give back."""
 
-    __slots__ = ("tensor", "node", "raw_input", "original")
+    __slots__ = ("tensor", "node", "raw_input", "original", "handle")
 
-    def __init__(self, tensor, node, raw_input, original):
+    def __init__(self, tensor, node, raw_input, original, handle=None):
         self.tensor = tensor
         self.node = node
         self.raw_input = raw_input
         self.original = original
+        # the function's own handle on the tracked leaf: it may consume it, the tape keeps its own
+        self.handle = handle if handle is not None else tensor._ns._dispatch.make(tensor._value, tensor._node)
 
 
 def _track(x, trace: Trace) -> _Leaf | None:
@@ -70,7 +72,10 @@ def _track(x, trace: Trace) -> _Leaf | None:
         leaf = c()
         leaf._value = t
         leaf._node = node
-        return _Leaf(leaf, node, False, x)
+        h = c()
+        h._value = t
+        h._node = node
+        return _Leaf(leaf, node, False, x, h)
     raw_input = not isinstance(x, Tensor)
     # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
     if raw_input:
@@ -94,12 +99,6 @@ def _lower(x, trace: Trace):
     return x
 
 
-def _handle(t: _Leaf):
-    """The function's own handle on a tracked leaf (it may consume it; the tape keeps its own)."""
-    x = t.tensor
-    return x._ns._dispatch.make(x._value, x._node)
-
-
 def _trace_args(args, argnums, trace):
     """Replace the arrays of ``args[argnums]`` by tracked tensors; return bookkeeping.
 
@@ -117,19 +116,20 @@ def _trace_args(args, argnums, trace):
             )
         a = args[i]
         if isinstance(a, Tensor):  # one tensor: no structure to walk
-            t = _track(a, trace)
-            leaves, treedef, tracked = [a], None, [t]
-            if t is not None:
-                args[i] = _handle(t)
+            leaves, treedef = [a], None
         else:
             leaves, treedef = _tree.flatten(a)
-            tracked = [_track(x, trace) for x in leaves]
-            args[i] = _tree.unflatten(
-                treedef, [x if t is None else _handle(t) for x, t in zip(leaves, tracked)]
-            )
-        for t in tracked:
-            if t is not None:
+        tracked = []
+        handles = []
+        for x in leaves:
+            t = _track(x, trace)
+            tracked.append(t)
+            if t is None:
+                handles.append(x)
+            else:
+                handles.append(t.handle)
                 raw_only = t.raw_input if raw_only is None else raw_only and t.raw_input
+        args[i] = handles[0] if treedef is None else _tree.unflatten(treedef, handles)
         per_arg.append((treedef, leaves, tracked))
     return args, per_arg, bool(raw_only)
 
