@@ -127,3 +127,11 @@ def test_astype_matches_compat(copy):
     _same(DIRECT["astype"](x, np.float64, device="cpu"), x.astype(np.float64))
     with pytest.raises(ValueError):
         DIRECT["astype"](x, np.float64, device="gpu")
+
+
+@given(g=hnp.arrays(st.sampled_from([np.float32, np.float64, np.complex128]), (3, 4)),
+       c=hnp.arrays(np.bool_, (3, 4)))
+@settings(max_examples=40, deadline=None)
+def test_mask_product_is_the_cast_product(g, c):
+    with np.errstate(all="ignore"):
+        _same(DIRECT["_mask_product"](g, c), g * c.astype(g.dtype))

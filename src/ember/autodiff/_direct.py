@@ -22,6 +22,7 @@ matrix_transpose    ``x.mT`` (NumPy >= 2)
 permute_dims        ``numpy.transpose``
 broadcast_to        a zero-stride view for 0-d input
 astype              the ``ndarray.astype`` method
+``_mask_product``   ``numpy.multiply`` of a cotangent by a bool mask
 ==================  ============================================
 """
 
@@ -144,6 +145,7 @@ def direct_functions(lib: Any) -> dict:
         out["matrix_transpose"] = matrix_transpose
     out["permute_dims"] = lib.transpose  # its second parameter is ``axes`` too
     out["mean"] = _mean(lib)
+    out["_mask_product"] = lib.multiply  # g * mask with a bool mask: no cast to g's dtype first
     out["broadcast_to"] = _broadcast_to(lib)
     out["astype"] = _astype(lib)
     return out

@@ -70,7 +70,8 @@ def select(ns, c, g):
     and ``g`` is all finite the product is used; otherwise ``where``.
     """
     if products_exact(ns, g):
-        return g * ns.astype(c, g.dtype)
+        product = getattr(ns, "_mask_product", None)  # NumPy takes the bool mask as it is
+        return product(g, c) if product is not None else g * ns.astype(c, g.dtype)
     return ns.where(c, g, ns.zeros_like(g))
 
 
