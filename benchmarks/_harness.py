@@ -260,7 +260,7 @@ class WorkloadResult:
             "reference": w.reference,
             "rounds": self.rounds,
             "target_batch_s": self.target_s,
-            "statistic": "median over rounds of per-call time",
+            "statistic": "median over rounds of per-call time; ratios: median of per-round ratios",
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "platform": platform.platform(),
             "machine": platform.machine(),
@@ -271,10 +271,17 @@ class WorkloadResult:
 
 
 def _ratio(impls: dict[str, ImplResult], num: str, den: str) -> float | None:
+    """Median over rounds of ``num``'s time / ``den``'s time in the same round.
+
+    Why not the ratio of the medians: a shared machine's speed drifts across
+    rounds; the two batches of one round ran within a second of each other,
+    so their ratio cancels most of the drift.
+    """
     a, b = impls.get(num), impls.get(den)
     if a is None or b is None or a.median is None or not b.median:
         return None
-    return a.median / b.median
+    pairs = [x / y for x, y in zip(a.samples, b.samples) if y]
+    return statistics.median(pairs) if pairs else a.median / b.median
 
 
 def run_workload(w: Workload, rounds: int = 7, target: float = 0.1) -> WorkloadResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -62,7 +63,9 @@ def test_quick_run_table_and_json(harness, tmp_path, capsys):
     assert ok.status == "ok" and len(ok.samples) == 3 and ok.n >= 1
     assert ok.min <= ok.median <= ok.max
     assert ok.ratio == pytest.approx(1.0)
-    assert res.impls["other"].ratio == pytest.approx(res.impls["other"].median / ok.median)
+    # a ratio is the median of the per-round ratios (same-round batches cancel the drift)
+    per_round = [a / b for a, b in zip(res.impls["other"].samples, ok.samples)]
+    assert res.impls["other"].ratio == pytest.approx(statistics.median(per_round))
     assert res.impls["missing"].status == "skipped"
     assert res.impls["broken"].status == "error" and "boom" in res.impls["broken"].note
     assert res.extra_ratios["missing / ref"] is None
@@ -205,3 +208,19 @@ def test_all_passes_only_known_flags(monkeypatch, tmp_path):
     cmd = all_mod.script_command("cnn", args, tmp_path)
     assert cmd[cmd.index("--only") + 1] == "ember" and "--target" in cmd
     assert all_mod.main(["--scripts", "nosuch"]) == 2
+
+
+def test_icount_inner_runs_an_impl_and_names_what_is_missing():
+    """icount's inner run (what valgrind executes) finds the workload; bad names are clear."""
+    import subprocess
+
+    script = str(BENCH_DIR / "icount.py")
+    ok = subprocess.run([sys.executable, script, "--inner", "overhead", "numpy", "--calls", "2"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([sys.executable, script, "--inner", "overhead", "nope"], capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "has no implementation 'nope'" in bad.stderr
+    unknown = subprocess.run([sys.executable, script, "--inner", "no_such", "numpy"],
+                             capture_output=True, text=True)
+    assert unknown.returncode != 0 and "unknown workload 'no_such'" in unknown.stderr
