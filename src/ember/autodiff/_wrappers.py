@@ -12,7 +12,6 @@ from __future__ import annotations
 from ._tensor import Tensor, raw_value
 
 
-_NO_PARAMS: dict = {}  # shared, never written
 
 
 def build(d) -> dict:

@@ -44,19 +44,19 @@ class _Leaf:
 
     __slots__ = ("tensor", "node", "raw_input", "original", "handle")
 
-    def __init__(self, tensor, node, raw_input, original, handle=None):
+    def __init__(self, tensor, node, raw_input, original, handle):
         self.tensor = tensor
         self.node = node
         self.raw_input = raw_input
         self.original = original
-        # the function's own handle on the tracked leaf: it may consume it, the tape keeps its own
-        self.handle = handle if handle is not None else tensor._ns._dispatch.make(tensor._value, tensor._node)
+        self.handle = handle  # the function's own (it may consume it; the tape keeps ``tensor``)
 
 
 def _track(x, trace: Trace) -> _Leaf | None:
     """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating."""
     c = x.__class__
     ns = getattr(c, "_ns", None)
+    # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
     if ns is not None and c is ns._Tensor:  # a live Tensor (the usual case), inline
         d = ns._dispatch
         v = x._value
@@ -65,7 +65,7 @@ def _track(x, trace: Trace) -> _Leaf | None:
             ok = d.is_differentiable(x)
         if not ok:
             return None
-        t = c()  # a fresh handle: the tape never holds the caller's object (ownership)
+        t = c()
         t._value = v
         t._node = x._node
         node = make_node(None, None, None, (), None, trace, ns)
@@ -77,18 +77,15 @@ def _track(x, trace: Trace) -> _Leaf | None:
         h._node = node
         return _Leaf(leaf, node, False, x, h)
     raw_input = not isinstance(x, Tensor)
-    # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
     if raw_input:
         t = namespace(x).asarray(x)
-    elif x.__class__ is getattr(type(x)._ns, "_Tensor", None):  # a live Tensor (the usual case)
-        t = x._ns._dispatch.make(x._value, x._node)
     else:  # consume() markers and dead tensors: share() says what is wrong
         t = _share(x)
     d = type(t)._ns._dispatch
     if not d.is_differentiable(t):
         return None
     node = make_node(None, None, None, (), None, trace, d.module)
-    return _Leaf(d.make(t, node), node, raw_input, x)
+    return _Leaf(d.make(t, node), node, raw_input, x, d.make(t, node))
 
 
 def _lower(x, trace: Trace):

@@ -21,16 +21,16 @@ def namespace(*arrays: Any) -> Any:
     """
     ns = None  # live ember Tensors of one namespace, the usual case: their class knows it
     for a in arrays:
+        if a is None:
+            continue
         c = a.__class__
         m = getattr(c, "_ns", None)
         if m is None or c is not getattr(m, "_Tensor", None) or (ns is not None and m is not ns):
-            if a is not None:
-                break
-        else:
-            ns = m
-    else:
-        if ns is not None:
-            return ns
+            ns = None
+            break
+        ns = m
+    if ns is not None:
+        return ns
     arrays = tuple(a for a in arrays if a is not None)
     try:
         return array_api_compat.array_namespace(*arrays)

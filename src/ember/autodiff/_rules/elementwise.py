@@ -244,19 +244,24 @@ defvjp("_softmax", lambda ns, g, ans, x, *, axis: ans * (g - ns.sum(g * ans, axi
 defvjp("_log_softmax", lambda ns, g, ans, x, *, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True))
 
 
+def _shifted_exp(ns, z, axis):
+    """``(z - max z, exp of it, its sum)`` along ``axis``: softmax and log-softmax of logits
+    ``z``, recomputed by the cross-entropy VJPs (the node keeps the per-row loss only)."""
+    s = z - ns.max(z, axis=axis, keepdims=True)
+    e = ns.exp(s)
+    return s, e, ns.sum(e, axis=axis, keepdims=True)
+
+
 def _ce_logits(ns, g, ans, z, t, *, axis):
-    # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t; softmax is recomputed
-    # (the node keeps the per-row loss only), which on a classifier's logits is cheap
-    e = ns.exp(z - ns.max(z, axis=axis, keepdims=True))
-    s = ns.sum(e, axis=axis, keepdims=True)
-    d = e * (ns.sum(t, axis=axis, keepdims=True) / s) - t
+    # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t
+    _, e, total = _shifted_exp(ns, z, axis)
+    d = e * (ns.sum(t, axis=axis, keepdims=True) / total) - t
     return fit(ns, ns.expand_dims(g, axis=axis) * d, z)
 
 
 def _ce_targets(ns, g, ans, z, t, *, axis):
-    s = z - ns.max(z, axis=axis, keepdims=True)
-    logp = s - ns.log(ns.sum(ns.exp(s), axis=axis, keepdims=True))
-    return fit(ns, -ns.expand_dims(g, axis=axis) * logp, t)
+    s, _, total = _shifted_exp(ns, z, axis)
+    return fit(ns, -ns.expand_dims(g, axis=axis) * (s - ns.log(total)), t)
 
 
 defvjp("_softmax_cross_entropy", _ce_logits, _ce_targets)
