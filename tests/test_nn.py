@@ -125,6 +125,81 @@ def test_grad_of_raw_numpy_model():
     assert type(g.weight) is np.ndarray and g.weight.shape == (2, 3)
 
 
+# --- nn.linear: one fused node -----------------------------------------------------------
+
+
+def _composed(x, w, b, act):
+    ns = array_api_compat.array_namespace(x)
+    y = ns.matmul(x, ns.matrix_transpose(w)) + (0.0 if b is None else b)
+    return y if act is None else act(y)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "array_api_strict", "dask"])
+@pytest.mark.parametrize("act", [None, nn.relu, nn.tanh])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_matches_its_composition_in_value_and_gradients(lib, act, bias):
+    if lib == "dask":
+        pytest.importorskip("dask.array")
+    ns = ember.autodiff.namespace(lib)
+    rng = np.random.default_rng(1)
+    x, w, b = (ns.asarray(rng.standard_normal(s)) for s in ((2, 5, 3), (4, 3), (4,)))
+    b = b if bias else None
+
+    def grads(f):
+        return ember.grad(lambda x, w, b: ns.sum(f(x, w, b) ** 2), argnums=(0, 1, 2) if bias else (0, 1))(x, w, b)
+
+    got = grads(lambda x, w, b: nn.linear(x, w, b, activation=act))
+    want = grads(lambda x, w, b: _composed(x, w, b, act))
+    for g, h in zip(got, want):
+        np.testing.assert_allclose(np.asarray(ember.compute(g).raw if lib == "dask" else g.raw),
+                                   np.asarray(ember.compute(h).raw if lib == "dask" else h.raw), rtol=1e-12)
+    # on raw arrays (no ember namespace): the composition
+    raw = nn.linear(np.ones((2, 3)), np.ones((4, 3)), np.ones(4), activation=act)
+    assert type(raw) is np.ndarray and raw.shape == (2, 4)
+
+
+def test_linear_fuses_and_keeps_dtypes():
+    x32, w64 = xp.ones((2, 3), dtype=xp.float32), xp.ones((4, 3), dtype=xp.float64)
+    gx, gw = ember.grad(lambda x, w: xp.sum(nn.linear(x, w, activation=nn.relu)), argnums=(0, 1))(x32, w64)
+    assert nn.linear(x32, w64).dtype == xp.float64  # promotes as x @ w.T does
+    assert gx.dtype == xp.float32 and gw.dtype == xp.float64
+    # complex inputs conjugate as matmul's rule does (PyTorch's convention)
+    rng = np.random.default_rng(2)
+    zx, zw, zb = (xp.asarray(rng.standard_normal(s) + 1j * rng.standard_normal(s)) for s in ((2, 3), (4, 3), (4,)))
+
+    def real_loss(f):
+        return ember.grad(lambda x, w, b: xp.sum(xp.abs(f(x, w, b)) ** 2), argnums=(0, 1, 2))(zx, zw, zb)
+
+    for g, h in zip(real_loss(nn.linear), real_loss(lambda x, w, b: _composed(x, w, b, None))):
+        np.testing.assert_allclose(g.raw, h.raw, rtol=1e-12)
+    # one tape node for matmul + bias + ReLU, and MLP / Sequential fuse (Linear, relu) pairs
+    from ember.autodiff._trace import Trace
+    from ember.func._transforms import _trace_args
+
+    model = nn.MLP.init(er.key(0), 3, [4, 4], 2, xp=xp)
+    with Trace() as tr:
+        (m,), _, _ = _trace_args((model,), (0,), tr)
+        y = m(xp.ones((5, 3)))
+    assert [n.rule.name for n in tr.nodes if n.rule is not None] == ["_linear"] * 3
+    unfused = nn.Linear(*(model.out.weight, model.out.bias))(
+        nn.relu(nn.relu(xp.ones((5, 3)) @ model.hidden[0][0].weight.mT + model.hidden[0][0].bias)
+                @ model.hidden[1][0].weight.mT + model.hidden[1][0].bias))
+    np.testing.assert_allclose(model(xp.ones((5, 3))).raw, unfused.raw, rtol=1e-6)
+    assert y.shape == (5, 2)
+
+
+def test_linear_errors_name_shapes_and_fix():
+    with pytest.raises(ember.ShapeError, match=r"linear: input of shape \(2, 3\), weight of shape \(4, 5\)"):
+        nn.linear(xp.ones((2, 3)), xp.ones((4, 5)))
+    with pytest.raises(ember.ShapeError, match=r"bias of shape \(3,\).*\(out_features,\)"):
+        nn.Linear(xp.ones((4, 3)), xp.ones(3))(xp.ones((2, 3)))
+    with pytest.raises(ember.ShapeError, match="weight must be"):
+        nn.linear(np.ones(3), np.ones(3))  # raw arrays: the same check
+    with pytest.raises(ember.DTypeError, match="activation=relu needs real inputs"):
+        nn.linear(xp.ones((2, 3), dtype=xp.complex128), xp.ones((4, 3), dtype=xp.complex128),
+                  activation=nn.relu)
+
+
 # --- state and randomness -----------------------------------------------------------------
 
 

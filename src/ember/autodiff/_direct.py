@@ -23,6 +23,7 @@ permute_dims        ``numpy.transpose``
 broadcast_to        a zero-stride view for 0-d input
 astype              the ``ndarray.astype`` method
 ``_mask_product``   ``numpy.multiply`` of a cotangent by a bool mask
+``_linear``         ``matmul``, then bias and ReLU in place
 ==================  ============================================
 """
 
@@ -124,6 +125,28 @@ def _astype(lib):
     return astype
 
 
+def _linear(lib):
+    """``nn.linear``'s kernel: the bias and the ReLU go into the product's fresh buffer."""
+    from ._rules.linear import check_linear
+
+    matmul, maximum = lib.matmul, lib.maximum
+    complex_dtypes = {lib.dtype(lib.complex64), lib.dtype(lib.complex128)}
+
+    def linear(x, w, b, *, relu=False):
+        check_linear(x, w, b, relu, complex_dtypes)
+        y = matmul(x, w.T)
+        if b is not None:
+            if b.dtype == y.dtype:
+                y += b
+            else:  # promotes
+                y = y + b
+        if relu:
+            maximum(y, y.dtype.type(0), out=y)
+        return y
+
+    return linear
+
+
 def direct_functions(lib: Any) -> dict:
     """``{name: function}`` to use instead of the compat layer's for library ``lib``.
 
@@ -148,4 +171,5 @@ def direct_functions(lib: Any) -> dict:
     out["_mask_product"] = lib.multiply  # g * mask with a bool mask: no cast to g's dtype first
     out["broadcast_to"] = _broadcast_to(lib)
     out["astype"] = _astype(lib)
+    out["_linear"] = _linear(lib)
     return out

@@ -167,13 +167,34 @@ def build(d) -> dict:
         e = exp(x - rmax(x, axis=axis, keepdims=True))
         return e / rsum(e, axis=axis, keepdims=True)
 
-    def softmax_cross_entropy_impl(z, t, axis):
-        return -rsum(t * log_softmax_impl(z, axis), axis=axis)
+    rmean = R.mean
+
+    def softmax_cross_entropy_impl(z, t, axis, reduction="none"):
+        loss = -rsum(t * log_softmax_impl(z, axis), axis=axis)
+        if reduction == "none":
+            return loss
+        return rmean(loss) if reduction == "mean" else rsum(loss)
 
     out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
     out["_softmax"] = fast_generic("_softmax", softmax_impl)
-    # nn.cross_entropy: -sum(t * log_softmax(z)) along axis, one node (t: probabilities)
+    # nn.cross_entropy: -sum(t * log_softmax(z)) along axis (t: probabilities), then its mean or
+    # sum over the rows (reduction="mean" | "sum"): one node
     out["_softmax_cross_entropy"] = fast_generic("_softmax_cross_entropy", softmax_cross_entropy_impl)
+
+    # nn.linear: act(x @ w^T + b) as one node (b may be None); NumPy's kernel adds the bias and
+    # the ReLU in place (_direct.py)
+    from ._rules.linear import check_linear
+
+    rmatmul, rmT, complex_dtypes = R.matmul, R.matrix_transpose, R._complex
+
+    def linear_impl(x, w, b, *, relu=False):
+        check_linear(x, w, b, relu, complex_dtypes)
+        y = rmatmul(x, rmT(w))
+        if b is not None:
+            y = y + b
+        return maximum(y, 0) if relu else y
+
+    out["_linear"] = fast_generic("_linear", d.fixes.get("_linear") or linear_impl)
 
     def copy_impl(x):
         return xp.asarray(x, copy=True)

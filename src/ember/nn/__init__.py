@@ -36,7 +36,17 @@ from ._conv import (
     conv,
     max_pool,
 )
-from ._layers import MLP, BatchNorm, Dropout, Embedding, LayerNorm, Linear, Sequential, apply
+from ._layers import (
+    MLP,
+    BatchNorm,
+    Dropout,
+    Embedding,
+    LayerNorm,
+    Linear,
+    Sequential,
+    apply,
+    linear,
+)
 from ._losses import binary_cross_entropy_with_logits, cross_entropy, huber, mse
 from ._module import Module, count_parameters, is_parameter, summary
 from ._util import erf
@@ -47,6 +57,7 @@ __all__ = [
     "is_parameter",
     "count_parameters",
     "init",
+    "linear",
     "Linear",
     "Conv1d",
     "Conv2d",

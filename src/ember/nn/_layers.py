@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from .. import random as _random
 from ..autodiff import Tensor
+from ..autodiff._rules.linear import check_linear
 from ..autodiff._tensor import raw_value
 from ..func import stop_gradient
 from ..tree import field
@@ -30,7 +31,7 @@ from ._activations import relu
 from ._module import Module
 from ._util import dtype_of, namespace
 
-__all__ = ["Linear", "Embedding", "LayerNorm", "BatchNorm", "Dropout", "Sequential", "MLP", "apply"]
+__all__ = ["linear", "Linear", "Embedding", "LayerNorm", "BatchNorm", "Dropout", "Sequential", "MLP", "apply"]
 
 NOT_A_LAYER = (
     "apply: item at position {where} is a {type}, which is not callable; a layer list may hold "
@@ -48,13 +49,55 @@ def _ns_for(xp: Any) -> Any:
     return _random._resolve(xp)[0] if getattr(xp, "_wrap", None) is None else xp
 
 
+# --- the affine map ---------------------------------------------------------------
+
+
+def linear(x: Any, weight: Any, bias: Any = None, *, activation: Callable[[Any], Any] | None = None
+           ) -> Any:
+    """``activation(x @ weight.T + bias)``, ``weight`` of shape ``(out, in)`` (``torch``'s ``F.linear``).
+
+    On ember namespaces, when ``activation`` is None or :func:`relu`, this is
+    one primitive: one tape node whose backward computes the three gradients
+    together (on NumPy the bias and the ReLU go into the product's buffer).
+    Otherwise it composes ``matmul``, ``+`` and ``activation``. Dtypes promote
+    as in that composition.
+
+    >>> import ember.autodiff.numpy as xp
+    >>> linear(xp.ones((2, 3)), xp.ones((4, 3)), xp.zeros(4), activation=relu).shape
+    (2, 4)
+    """
+    c = weight.__class__
+    xp = getattr(c, "_ns", None)  # live ember Tensors of one namespace: their class knows it
+    if xp is None or c is not xp._Tensor or x.__class__ is not c or (
+            bias is not None and bias.__class__ is not c):
+        xp = namespace(x, weight, bias)
+    fused = getattr(xp, "_linear", None)
+    if fused is not None and (activation is None or activation is relu):
+        return fused(x, weight, bias, relu=activation is relu)
+    check_linear(x, weight, bias)
+    y = xp.matmul(x, xp.matrix_transpose(weight))
+    if bias is not None:
+        y = y + bias
+    return y if activation is None else activation(y)
+
+
 # --- applying a list of layers --------------------------------------------------
 
 
 def _apply(layer: Any, x: Any, key: Any, train: bool, where: str) -> tuple[Any, Any]:
     if isinstance(layer, (list, tuple)) and not hasattr(layer, "_fields"):
         new = []
+        fuse = False
         for i, item in enumerate(layer):
+            if fuse:  # the ReLU went into the Linear before it
+                fuse = False
+                new.append(item)
+                continue
+            if item.__class__ is Linear and i + 1 < len(layer) and layer[i + 1] is relu:
+                x = linear(x, item.weight, item.bias, activation=relu)  # one node: (Linear, relu)
+                new.append(item)
+                fuse = True
+                continue
             sub = _random.fold_in(key, i) if key is not None else None
             x, n = _apply(item, x, sub, train, f"{where}.{i}" if where else str(i))
             new.append(n)
@@ -119,9 +162,7 @@ class Linear(Module):
         return cls(w, b)
 
     def __call__(self, x: Any) -> Any:
-        xp = namespace(x, self.weight)
-        y = xp.matmul(x, xp.matrix_transpose(self.weight))
-        return y if self.bias is None else y + self.bias
+        return linear(x, self.weight, self.bias)
 
 
 class Embedding(Module):

@@ -1,4 +1,4 @@
-"""VJPs of the main namespace's linear algebra (compute-bound).
+"""VJPs of the main namespace's linear algebra (compute-bound), and of ``_linear``.
 
 Complex inputs follow PyTorch's convention (see :mod:`.elementwise`): the
 cotangent of ``a`` in ``a @ b`` is ``g @ b^H``. ``vecdot`` conjugates its
@@ -8,8 +8,11 @@ first argument (as the standard says), so its first cotangent is
 
 from __future__ import annotations
 
-from ._base import COMPUTE, defvjp
-from ._util import cj, fit
+import math
+
+from ..._errors import DTypeError, ShapeError
+from ._base import COMPUTE, defvjp, defvjp_all
+from ._util import cj, fit, select
 
 
 def _matmul_a(ns, g, ans, a, b):
@@ -91,3 +94,77 @@ defvjp("linalg.matmul", _matmul_a, _matmul_b, bound=COMPUTE)
 defvjp("linalg.tensordot", _tensordot_a, _tensordot_b, bound=COMPUTE)
 defvjp("linalg.vecdot", _vecdot_1, _vecdot_2, bound=COMPUTE)
 defvjp("linalg.matrix_transpose", lambda ns, g, ans, x: ns.matrix_transpose(g))
+
+
+LINEAR_SHAPES = (
+    "linear: input of shape {x}, weight of shape {w} and bias of shape {b} do not fit; weight "
+    "must be (out_features, in_features) with in_features the input's last axis, and bias "
+    "(out_features,) or None"
+)
+LINEAR_RELU_COMPLEX = (
+    "linear: activation=relu needs real inputs, got dtypes {dtypes}; ReLU is not defined on "
+    "complex numbers (apply another activation to linear(x, weight, bias))"
+)
+
+
+def check_linear(x, w, b, relu=False, complex_dtypes=()) -> None:
+    """Raise ShapeError unless ``act(x @ w^T + b)`` fits (``w`` 2-D, ``b`` None or ``(out,)``),
+    DTypeError for a ReLU on input of a dtype in ``complex_dtypes``."""
+    ws, xs = w.shape, x.shape
+    if len(ws) != 2 or not xs or xs[-1] != ws[1] or (b is not None and b.shape != (ws[0],)):
+        _check_linear_slow(x, w, b)
+    if relu and complex_dtypes and (x.dtype in complex_dtypes or w.dtype in complex_dtypes or (
+            b is not None and b.dtype in complex_dtypes)):
+        raise DTypeError(LINEAR_RELU_COMPLEX.format(
+            dtypes=", ".join(str(a.dtype) for a in (x, w, b) if a is not None)))
+
+
+def _check_linear_slow(x, w, b) -> None:
+    """The shape check again, with sizes a backend does not know (NaN, None) let through."""
+    ws, xs = tuple(w.shape), tuple(x.shape)
+    bs = None if b is None else tuple(b.shape)
+
+    def differ(a, c):
+        return a != c and isinstance(a, int) and isinstance(c, int)
+
+    if len(ws) != 2 or not xs or differ(xs[-1], ws[1]) or (
+            bs is not None and (len(bs) != 1 or differ(bs[0], ws[0]))):
+        raise ShapeError(LINEAR_SHAPES.format(x=xs, w=ws, b=bs))
+
+
+def _linear_vjp(ns, g, ans, args, params, parents):
+    """``y = act(x @ w^T + b)``, ``w`` of shape ``(out, in)``, ``b`` of shape ``(out,)`` or None:
+    ``gx = g' @ w``, ``gw = g'^T @ x`` (leading axes of x flattened), ``gb = sum(g')``, where
+    ``g'`` is ``g`` masked by the ReLU (``relu=True``); complex inputs conjugate as matmul's."""
+    x, w, b = args
+    lead = tuple(range(g.ndim - 1))
+    if params.get("relu"):
+        g = select(ns, ans > 0, g)  # as _relu's VJP: 0 at the kink, exactly 0 where off
+    dt = g.dtype  # one real dtype throughout (the common case): no conjugation or casts
+    plain = x.dtype == dt and w.dtype == dt and dt not in ns._complex
+    gx = gw = None
+    if parents[0] is not None:
+        gx = ns.matmul(g, w if plain else cj(ns, w))
+        if not plain:
+            gx = fit(ns, gx, x)
+    if parents[1] is not None:
+        xc = x if plain else cj(ns, x)
+        if x.ndim == 1:
+            gw = g[:, None] * xc
+        else:
+            g2 = g
+            if x.ndim > 2:  # rows: the leading axes flattened (explicitly: -1 is ambiguous at size 0)
+                rows = math.prod(x.shape[:-1])
+                g2 = ns.reshape(g, (rows, g.shape[-1]))
+                xc = ns.reshape(xc, (rows, x.shape[-1]))
+            gw = ns.matmul(ns.matrix_transpose(g2), xc)
+        if not plain:
+            gw = fit(ns, gw, w)
+    if parents[2] is None:
+        return gx, gw, None
+    gb = ns.sum(g, axis=0 if g.ndim == 2 else lead) if lead else g
+    return gx, gw, gb if b.dtype == dt else fit(ns, gb, b)
+
+
+# nn.linear: matmul, bias and ReLU as one node (checked by check_linear; b may be None)
+defvjp_all("_linear", _linear_vjp, bound=COMPUTE)
