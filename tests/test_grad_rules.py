@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -182,6 +182,30 @@ case("_softmax_cross_entropy (nn.cross_entropy)", _logits_targets(),
      lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=-1))
 case("_softmax_cross_entropy axis 0", _logits_targets(),
      lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=0))
+case("_softmax_cross_entropy mean", _logits_targets(),
+     lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=-1, reduction="mean"))
+case("_softmax_cross_entropy sum axis 0", _logits_targets(),
+     lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=0, reduction="sum"))
+
+
+@st.composite
+def _linear_args(draw, bias=True, relu=False):
+    """(x, w, b) for ``_linear``: x of any leading shape (0-d lead, size 0) and in_features >= 0;
+    with a ReLU, pre-activations are kept off the kink at 0."""
+    lead = draw(shapes(max_dims=2))
+    n_in, n_out = draw(st.integers(0, 3)), draw(st.integers(1, 3))
+    x, w = draw(arrays(lead + (n_in,))), draw(arrays((n_out, n_in)))
+    b = draw(arrays((n_out,))) if bias else None
+    if relu:
+        a = x @ w.T + (0.0 if b is None else b)
+        assume(a.size == 0 or np.min(np.abs(a)) > 1e-3)
+    return x, w, b
+
+
+for _relu in (False, True):
+    for _bias in (True, False):
+        case(f"_linear (nn.linear){' relu' if _relu else ''}{'' if _bias else ' no bias'}",
+             _linear_args(_bias, _relu), lambda xp, x, w, b, r=_relu: xp._linear(x, w, b, relu=r))
 
 
 @st.composite
@@ -742,6 +766,12 @@ def test_kink_subgradients(lib, cheap_any):
     assert to_numpy(pull(xp.asarray([float("inf"), 1.0]))[0]).tolist() == [0.0, 1.0]
     y, pull = ember.vjp(lambda x: xp.maximum(x, 0.0), xp.asarray([-1.0, 2.0]))
     assert to_numpy(pull(xp.asarray([float("inf"), 1.0]))[0]).tolist() == [0.0, 1.0]
+    # nn.linear's fused ReLU: gradient 0 at 0, and exactly 0 under an inf/NaN cotangent
+    w, b = xp.asarray([[1.0], [-1.0], [2.0]]), xp.asarray([0.0, 0.0, -4.0])  # pre-activations 2, -2, 0
+    for cot in ([1.0, 1.0, 1.0], [1.0, float("inf"), float("nan")]):
+        _, pull = ember.vjp(lambda x, w, b: nn.linear(x, w, b, activation=nn.relu), xp.asarray([2.0]), w, b)
+        gx, gw, gb = (to_numpy(t) for t in pull(xp.asarray(cot)))
+        assert gx.tolist() == [1.0] and gw.tolist() == [[2.0], [0.0], [0.0]] and gb.tolist() == [1.0, 0.0, 0.0]
     y, pull = ember.vjp(lambda x: xp.where(x > 0, x, 0.0), xp.asarray([-1.0, 2.0]))
     assert to_numpy(pull(xp.asarray([float("nan"), 1.0]))[0]).tolist() == [0.0, 1.0]
     # the same rule run on wrapper tensors (second order: the first backward is recorded)

@@ -22,6 +22,9 @@ BAD_TARGET = (
 )
 
 
+_REDUCTIONS = ("mean", "sum", "none")
+
+
 def _reduce(xp: Any, loss: Any, reduction: str, op: str) -> Any:
     if reduction == "mean":
         return xp.mean(loss)
@@ -52,7 +55,8 @@ def cross_entropy(
     ``targets`` are integer class indices (``logits.shape`` without ``axis``)
     or class probabilities (``logits.shape``). With ``label_smoothing=e`` the
     target becomes ``(1 - e) * target + e / num_classes``. On ember namespaces
-    the per-row loss is one primitive whose VJP is ``softmax(z) * sum(t) - t``.
+    the loss with its reduction is one primitive whose VJP is ``softmax(z) * sum(t) - t``
+    (scaled by the reduction).
     """
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(BAD_SMOOTHING.format(value=label_smoothing))
@@ -79,13 +83,14 @@ def cross_entropy(
     if fused is not None:
         if label_smoothing:  # the same loss as smoothing the target
             onehot = (1.0 - label_smoothing) * onehot + label_smoothing / ncls
-        loss = fused(logits, onehot, axis=ax)
-    else:
-        logp = log_softmax(logits, axis=ax)
-        loss = -xp.sum(onehot * logp, axis=ax)
-        if label_smoothing:
-            smooth = -xp.mean(logp, axis=ax)
-            loss = (1.0 - label_smoothing) * loss + label_smoothing * smooth
+        if reduction not in _REDUCTIONS:
+            raise ValueError(BAD_REDUCTION.format(op="cross_entropy", value=reduction))
+        return fused(logits, onehot, axis=ax, reduction=reduction)  # the reduction included
+    logp = log_softmax(logits, axis=ax)
+    loss = -xp.sum(onehot * logp, axis=ax)
+    if label_smoothing:
+        smooth = -xp.mean(logp, axis=ax)
+        loss = (1.0 - label_smoothing) * loss + label_smoothing * smooth
     return _reduce(xp, loss, reduction, "cross_entropy")
 
 

@@ -252,16 +252,27 @@ def _shifted_exp(ns, z, axis):
     return s, e, ns.sum(e, axis=axis, keepdims=True)
 
 
-def _ce_logits(ns, g, ans, z, t, *, axis):
+def _ce_rows(ns, g, z, axis, reduction):
+    """The cotangent of each row's loss, shaped to broadcast against ``z``: ``g`` itself
+    (reduction "none", an axis put back), or the 0-d ``g`` (sum) or ``g / rows`` (mean)."""
+    if reduction == "none":
+        return ns.expand_dims(g, axis=axis)
+    if reduction == "sum":
+        return g
+    rows = math.prod(n for i, n in enumerate(z.shape) if i != axis % z.ndim)
+    return g / rows if rows else g  # no rows: nothing to scale (an empty gradient)
+
+
+def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none"):
     # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t
     _, e, total = _shifted_exp(ns, z, axis)
     d = e * (ns.sum(t, axis=axis, keepdims=True) / total) - t
-    return fit(ns, ns.expand_dims(g, axis=axis) * d, z)
+    return fit(ns, _ce_rows(ns, g, z, axis, reduction) * d, z)
 
 
-def _ce_targets(ns, g, ans, z, t, *, axis):
+def _ce_targets(ns, g, ans, z, t, *, axis, reduction="none"):
     s, _, total = _shifted_exp(ns, z, axis)
-    return fit(ns, -ns.expand_dims(g, axis=axis) * (s - ns.log(total)), t)
+    return fit(ns, -_ce_rows(ns, g, z, axis, reduction) * (s - ns.log(total)), t)
 
 
 defvjp("_softmax_cross_entropy", _ce_logits, _ce_targets)
