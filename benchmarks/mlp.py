@@ -10,11 +10,13 @@ Parameters are carried from step to step.  Implementations:
 
 - ``numpy``          hand-written forward and backward (reference)
 - ``ember``          ``ember.value_and_grad`` over a dict of params, plain arithmetic
-                     update; ``ember.nn.relu`` and ``ember.nn.cross_entropy``
-- ``ember-generic``  the same with ReLU and the loss written in plain array-API ops
-                     (``maximum``, ``max``, ``exp``, ``sum``, ``log``): what composition costs
-- ``torch``          eager CPU, ``torch.relu`` and ``F.cross_entropy``, ``.backward()`` +
-                     in-place update under ``no_grad``
+                     update; ``ember.nn.linear`` (ReLU fused, weights ``(out, in)`` as in
+                     ``nn.Linear``) and ``ember.nn.cross_entropy``
+- ``ember-generic``  the same with every layer and the loss written in plain array-API ops
+                     (``matmul``, ``+``, ``maximum``, ``max``, ``exp``, ``sum``, ``log``):
+                     what composition costs
+- ``torch``          eager CPU, ``F.linear`` (weights ``(out, in)``), ``torch.relu`` and
+                     ``F.cross_entropy``, ``.backward()`` + in-place update under ``no_grad``
 - ``autograd``       HIPS autograd ``value_and_grad`` over the dict (plain ops: it has no nn)
 - ``mygrad``         MyGrad tensors + ``.backward()`` (plain ops)
 - ``jax-eager``      ``jax.value_and_grad`` without jit, ``jax.nn.relu`` / ``log_softmax``
@@ -107,13 +109,27 @@ def setup_numpy(dtype: Any) -> Callable[[], Any]:
     return step
 
 
+def out_in(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same params with each weight stored ``(out, in)``, the layout of ``nn.Linear``."""
+    return {k: np.ascontiguousarray(v.T) if k[0] == "W" else v for k, v in params.items()}
+
+
 def setup_ember(dtype: Any, generic: bool = False) -> Callable[[], Any]:
     ember, xp = import_ember()
     with peers.ember_ready():
         params, x, y = make_problem(dtype)
         xt, yt = xp.asarray(x), xp.asarray(y)
-        nn = {} if generic else {"relu": ember.nn.relu, "cross_entropy": ember.nn.cross_entropy}
-        vg = ember.value_and_grad(lambda p: loss_fn(p, xt, yt, xp, **nn))
+        if generic:
+            vg = ember.value_and_grad(lambda p: loss_fn(p, xt, yt, xp))
+        else:
+            nn = ember.nn
+
+            def loss(p: dict[str, Any]) -> Any:
+                h = nn.linear(xt, p["W1"], p["b1"], activation=nn.relu)
+                h = nn.linear(h, p["W2"], p["b2"], activation=nn.relu)
+                return nn.cross_entropy(nn.linear(h, p["W3"], p["b3"]), yt)
+
+            vg, params = ember.value_and_grad(loss), out_in(params)
         step = peers.sgd_step(vg, {k: xp.asarray(v) for k, v in params.items()}, LR)
         step()
     return step
@@ -123,13 +139,14 @@ def setup_torch(dtype: Any) -> Callable[[], Any]:
     torch = peers.import_torch()
     params, x, y = make_problem(dtype)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    F = torch.nn.functional
 
     def loss(p: dict[str, Any]) -> Any:
-        h = torch.relu(xt @ p["W1"] + p["b1"])
-        h = torch.relu(h @ p["W2"] + p["b2"])
-        return torch.nn.functional.cross_entropy(h @ p["W3"] + p["b3"], yt)  # yt: probabilities
+        h = torch.relu(F.linear(xt, p["W1"], p["b1"]))
+        h = torch.relu(F.linear(h, p["W2"], p["b2"]))
+        return F.cross_entropy(F.linear(h, p["W3"], p["b3"]), yt)  # yt: probabilities
 
-    return peers.torch_sgd_step(torch, peers.torch_params(torch, params), loss, LR)
+    return peers.torch_sgd_step(torch, peers.torch_params(torch, out_in(params)), loss, LR)
 
 
 def setup_autograd(dtype: Any) -> Callable[[], Any]:
