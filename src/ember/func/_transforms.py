@@ -23,7 +23,7 @@ from .._errors import NotDifferentiableError
 from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import share as _share
 from ..autodiff._tensor import raw_value
-from ..autodiff._trace import Node, Trace, backward, make_node, quiet_gc
+from ..autodiff._trace import Trace, backward, make_node, quiet_gc
 
 __all__ = ["grad", "value_and_grad", "vjp", "stop_gradient"]
 
@@ -53,20 +53,29 @@ class _Leaf:
 
 
 def _track(x, trace: Trace) -> _Leaf | None:
-    """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating.
-
-    A Tensor gets a fresh handle: the tape never holds the caller's object
-    (ownership). ``_trace_args`` inlines the case of a live floating Tensor.
-    """
+    """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating."""
     c = x.__class__
     ns = getattr(c, "_ns", None)
-    if ns is not None and c is ns._Tensor:  # a live Tensor
+    # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
+    if ns is not None and c is ns._Tensor:  # a live Tensor (the usual case), inline
         d = ns._dispatch
-        if not d.is_differentiable(x):
+        v = x._value
+        ok = d.floating.get(v.dtype)
+        if ok is None:
+            ok = d.is_differentiable(x)
+        if not ok:
             return None
+        t = c()
+        t._value = v
+        t._node = x._node
         node = make_node(None, None, None, (), None, trace, ns)
-        t = d.make(x._value, x._node)
-        return _Leaf(d.make(t, node), node, False, x, d.make(t, node))
+        leaf = c()
+        leaf._value = t
+        leaf._node = node
+        h = c()
+        h._value = t
+        h._node = node
+        return _Leaf(leaf, node, False, x, h)
     raw_input = not isinstance(x, Tensor)
     if raw_input:
         t = namespace(x).asarray(x)
@@ -110,28 +119,6 @@ def _trace_args(args, argnums, trace):
         tracked = []
         handles = []
         for x in leaves:
-            c = x.__class__
-            ns = getattr(c, "_ns", None)
-            if ns is not None and c is ns._Tensor and ns._dispatch.floating.get(x._value.dtype):
-                # a live floating Tensor (the usual case): _track's first branch, inline
-                t = c()
-                t._value = x._value
-                t._node = x._node
-                node = Node()
-                node.rule = node.args = node.params = node.ans = node.g = node.index = None
-                node.parents = ()
-                node.trace = trace
-                node.ns = ns
-                leaf = c()
-                leaf._value = t
-                leaf._node = node
-                h = c()
-                h._value = t
-                h._node = node
-                tracked.append(_Leaf(leaf, node, False, x, h))
-                handles.append(h)
-                raw_only = False
-                continue
             t = _track(x, trace)
             tracked.append(t)
             if t is None:
@@ -228,36 +215,30 @@ def value_and_grad(
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
         with quiet_gc:  # once around recording and backward (each would enter it)
-            return _value_and_grad(f, args, kwargs, nums, single, has_aux, unused, checkpointing,
-                                   op)
+            with Trace(checkpointing) as trace:
+                targs, per_arg, raw_only = _trace_args(args, nums, trace)
+                res = f(*targs, **kwargs)
+            aux = None
+            if has_aux:
+                if not (isinstance(res, (tuple, list)) and len(res) == 2):
+                    raise TypeError(
+                        f"value_and_grad({op}, has_aux=True): the function must return a pair "
+                        f"(value, aux), got {type(res).__name__}"
+                    )
+                res, aux = res
+                aux = _tree.map(lambda a: _lower(a, trace), aux)
+            value = _scalar_output("grad", res, trace)
+            node = value._node if isinstance(value, Tensor) else None
+            if node is not None and node.trace is trace:
+                value = value._value
+                backward(trace, [(node, _ones_like(value))])
+            grads = _gradients(per_arg, unused)
+            if raw_only and isinstance(value, Tensor):
+                value = raw_value(value)
+            g = grads[0] if single else tuple(grads)
+            return ((value, aux), g) if has_aux else (value, g)
 
     return wrapped
-
-
-def _value_and_grad(f, args, kwargs, nums, single, has_aux, unused, checkpointing, op):
-    """One call of ``value_and_grad(f, ...)``: record ``f``, run backward, collect gradients."""
-    with Trace(checkpointing) as trace:
-        targs, per_arg, raw_only = _trace_args(args, nums, trace)
-        res = f(*targs, **kwargs)
-    aux = None
-    if has_aux:
-        if not (isinstance(res, (tuple, list)) and len(res) == 2):
-            raise TypeError(
-                f"value_and_grad({op}, has_aux=True): the function must return a pair "
-                f"(value, aux), got {type(res).__name__}"
-            )
-        res, aux = res
-        aux = _tree.map(lambda a: _lower(a, trace), aux)
-    value = _scalar_output("grad", res, trace)
-    node = value._node if isinstance(value, Tensor) else None
-    if node is not None and node.trace is trace:
-        value = value._value
-        backward(trace, [(node, _ones_like(value))])
-    grads = _gradients(per_arg, unused)
-    if raw_only and isinstance(value, Tensor):
-        value = raw_value(value)
-    g = grads[0] if single else tuple(grads)
-    return ((value, aux), g) if has_aux else (value, g)
 
 
 def _scalar_output(op, res, trace):

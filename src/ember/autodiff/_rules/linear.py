@@ -137,7 +137,6 @@ def _linear_vjp(ns, g, ans, args, params, parents):
     ``gx = g' @ w``, ``gw = g'^T @ x`` (leading axes of x flattened), ``gb = sum(g')``, where
     ``g'`` is ``g`` masked by the ReLU (``relu=True``); complex inputs conjugate as matmul's."""
     x, w, b = args
-    lead = tuple(range(g.ndim - 1))
     if params.get("relu"):
         g = select(ns, ans > 0, g)  # as _relu's VJP: 0 at the kink, exactly 0 where off
     dt = g.dtype  # one real dtype throughout (the common case): no conjugation or casts
@@ -160,10 +159,7 @@ def _linear_vjp(ns, g, ans, args, params, parents):
             gw = ns.matmul(ns.matrix_transpose(g2), xc)
         if not plain:
             gw = fit(ns, gw, w)
-    if parents[2] is None:
-        return gx, gw, None
-    gb = ns.sum(g, axis=0 if g.ndim == 2 else lead) if lead else g
-    return gx, gw, gb if b.dtype == dt else fit(ns, gb, b)
+    return gx, gw, None if parents[2] is None else fit(ns, g, b)  # sums the leading axes
 
 
 # nn.linear: matmul, bias and ReLU as one node (checked by check_linear; b may be None)
