@@ -19,18 +19,19 @@ def namespace(*arrays: Any) -> Any:
     whose parameters are being differentiated) use the Tensors' namespace,
     which accepts raw arrays of its backend.
     """
-    ns = None  # live ember Tensors of one namespace, the usual case: their class knows it
+    cls = None  # live ember Tensors of one namespace, the usual case: their class knows it
     for a in arrays:
-        if a is None:
-            continue
-        c = a.__class__
-        m = getattr(c, "_ns", None)
-        if m is None or c is not getattr(m, "_Tensor", None) or (ns is not None and m is not ns):
-            ns = None
-            break
-        ns = m
-    if ns is not None:
-        return ns
+        if a is not None:
+            c = a.__class__
+            if cls is None:
+                cls = c
+            elif c is not cls:
+                cls = None
+                break
+    if cls is not None:
+        ns = getattr(cls, "_ns", None)
+        if ns is not None and cls is getattr(ns, "_Tensor", None):
+            return ns
     arrays = tuple(a for a in arrays if a is not None)
     try:
         return array_api_compat.array_namespace(*arrays)
