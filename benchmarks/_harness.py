@@ -81,6 +81,8 @@ class Workload:
     ``ops_per_call`` divides the per-call time (e.g. 100 for a chain of 100
     ops reported in ``us/op``).  ``ratios`` lists extra ``(numerator,
     denominator)`` pairs to print, e.g. ``("ember-grad", "torch")``.
+    ``rounds`` replaces the default of 7 rounds (``--rounds`` and ``--quick``
+    still win) for a workload whose ratios need more rounds to settle.
     """
 
     name: str
@@ -91,6 +93,7 @@ class Workload:
     description: str = ""
     ratios: Sequence[tuple[str, str]] = ()
     warmup: int = 3
+    rounds: int | None = None
 
     def __post_init__(self) -> None:
         _unit_scale(self.unit, self.name)
@@ -304,11 +307,12 @@ def run_workload(w: Workload, rounds: int = 7, target: float = 0.1) -> WorkloadR
         fns[name] = fn
         results[name] = ImplResult(name, "ok", n=_calibrate(fn, target))
 
-    names = list(fns)
+    names = sorted(fns, key=lambda n: n != w.reference)  # the reference first, else as listed
     for r in range(rounds):
-        # Rotate the start so no implementation always runs right after another.
-        k = r % len(names) if names else 0
-        for name in names[k:] + names[:k]:
+        # Forward, then backward order: no implementation always runs right after the same
+        # other, and the reference (listed first) runs right next to the one after it in
+        # every round, so that ratio compares batches a fraction of a second apart.
+        for name in names[:] if r % 2 == 0 else names[::-1]:
             res = results[name]
             try:
                 dt = _time_batch(fns[name], res.n)
@@ -383,7 +387,7 @@ def parse_args(argv: Sequence[str] | None = None, description: str = "") -> argp
     """Common flags: --quick, --rounds, --target, --only, --results-dir, --no-json."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="3 rounds of ~10 ms batches (CI smoke)")
-    p.add_argument("--rounds", type=int, default=None, help="rounds (default 7, quick 3)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds (default 7 or the workload's own, quick 3)")
     p.add_argument("--target", type=float, default=None, help="seconds per batch (default 0.1)")
     p.add_argument("--only", default=None, help="comma-separated implementation names to run")
     p.add_argument("--results-dir", type=Path, default=None, help="where JSON results go")
@@ -396,12 +400,14 @@ def run_cli(
 ) -> list[WorkloadResult]:
     """Parse flags, run each workload, print its table and write its JSON."""
     args = parse_args(argv, description)
-    rounds = args.rounds or (3 if args.quick else 7)
     target = args.target or (0.01 if args.quick else 0.1)
     only = set(args.only.split(",")) if args.only else None
     limit_threads()
     try:
-        return [_run_one(w, args, rounds, target, only) for w in workloads]
+        return [
+            _run_one(w, args, args.rounds or (3 if args.quick else w.rounds or 7), target, only)
+            for w in workloads
+        ]
     finally:
         restore_threads()
 
