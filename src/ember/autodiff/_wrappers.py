@@ -169,17 +169,52 @@ def build(d) -> dict:
 
     rmean = R.mean
 
-    def softmax_cross_entropy_impl(z, t, axis, reduction="none"):
-        loss = -rsum(t * log_softmax_impl(z, axis), axis=axis)
+    def reduce_rows(loss, reduction):
         if reduction == "none":
             return loss
         return rmean(loss) if reduction == "mean" else rsum(loss)
+
+    def softmax_cross_entropy_impl(z, t, axis, reduction="none"):
+        return reduce_rows(-rsum(t * log_softmax_impl(z, axis), axis=axis), reduction)
+
+    def softmax_cross_entropy_and_dz(z, t, axis, reduction):
+        """The loss, and its gradient for a unit cotangent per row: ``softmax(z) * sum(t) - t``."""
+        s = z - rmax(z, axis=axis, keepdims=True)
+        e = exp(s)
+        total = rsum(e, axis=axis, keepdims=True)
+        loss = -rsum(t * (s - log(total)), axis=axis)
+        return reduce_rows(loss, reduction), e * (rsum(t, axis=axis, keepdims=True) / total) - t
 
     out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
     out["_softmax"] = fast_generic("_softmax", softmax_impl)
     # nn.cross_entropy: -sum(t * log_softmax(z)) along axis (t: probabilities), then its mean or
     # sum over the rows (reduction="mean" | "sum"): one node
-    out["_softmax_cross_entropy"] = fast_generic("_softmax_cross_entropy", softmax_cross_entropy_impl)
+    sce_generic = fast_generic("_softmax_cross_entropy", softmax_cross_entropy_impl)
+    record = d.record_one_level
+    from ._namespace import _GENERAL
+
+    def softmax_cross_entropy(z, t, /, *, axis, reduction="none"):
+        """Recorded with traced logits (one level, no checkpointing), the node keeps the
+        per-row gradient ``dz`` the forward computes anyway, in its params: the VJP is then
+        one product instead of recomputing the softmax (four reductions along short rows)."""
+        n = z._node if z.__class__ is T else None
+        if n is not None and n.trace.saver is None and not d._claims:
+            kept = []
+
+            def impl(z, t, axis, reduction):
+                loss, dz = softmax_cross_entropy_and_dz(z, t, axis, reduction)
+                kept.append(dz)
+                return loss
+
+            params = {"axis": axis, "reduction": reduction}
+            res = record("_softmax_cross_entropy", impl, (z, t), params)
+            if res is not _GENERAL:
+                if kept and res._node is not None:
+                    res._node.params = {**params, "dz": kept[0]}
+                return res
+        return sce_generic(z, t, axis=axis, reduction=reduction)
+
+    out["_softmax_cross_entropy"] = softmax_cross_entropy
 
     # nn.linear: act(x @ w^T + b) as one node (b may be None); NumPy's kernel adds the bias and
     # the ReLU in place (_direct.py)

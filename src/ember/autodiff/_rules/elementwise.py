@@ -246,7 +246,7 @@ defvjp("_log_softmax", lambda ns, g, ans, x, *, axis: g - ns.exp(ans) * ns.sum(g
 
 def _shifted_exp(ns, z, axis):
     """``(z - max z, exp of it, its sum)`` along ``axis``: softmax and log-softmax of logits
-    ``z``, recomputed by the cross-entropy VJPs (the node keeps the per-row loss only)."""
+    ``z``, recomputed by the cross-entropy VJPs where the forward kept no ``dz``."""
     s = z - ns.max(z, axis=axis, keepdims=True)
     e = ns.exp(s)
     return s, e, ns.sum(e, axis=axis, keepdims=True)
@@ -263,14 +263,16 @@ def _ce_rows(ns, g, z, axis, reduction):
     return g / rows if rows else g  # no rows: nothing to scale (an empty gradient)
 
 
-def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none"):
-    # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t
-    _, e, total = _shifted_exp(ns, z, axis)
-    d = e * (ns.sum(t, axis=axis, keepdims=True) / total) - t
-    return fit(ns, _ce_rows(ns, g, z, axis, reduction) * d, z)
+def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none", dz=None):
+    # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t: kept by the forward
+    # (``dz``, see _wrappers.softmax_cross_entropy) or recomputed
+    if dz is None:
+        _, e, total = _shifted_exp(ns, z, axis)
+        dz = e * (ns.sum(t, axis=axis, keepdims=True) / total) - t
+    return fit(ns, _ce_rows(ns, g, z, axis, reduction) * dz, z)
 
 
-def _ce_targets(ns, g, ans, z, t, *, axis, reduction="none"):
+def _ce_targets(ns, g, ans, z, t, *, axis, reduction="none", dz=None):
     s, _, total = _shifted_exp(ns, z, axis)
     return fit(ns, -_ce_rows(ns, g, z, axis, reduction) * (s - ns.log(total)), t)
 
