@@ -159,7 +159,10 @@ def _linear_vjp(ns, g, ans, args, params, parents):
             gw = ns.matmul(ns.matrix_transpose(g2), xc)
         if not plain:
             gw = fit(ns, gw, w)
-    return gx, gw, None if parents[2] is None else fit(ns, g, b)  # sums the leading axes
+    gb = None
+    if parents[2] is not None:  # the leading axes summed (fit also casts; not needed when plain)
+        gb = ns.sum(g, axis=0) if plain and g.ndim == 2 and b.dtype == dt else fit(ns, g, b)
+    return gx, gw, gb
 
 
 # nn.linear: matmul, bias and ReLU as one node (checked by check_linear; b may be None)
