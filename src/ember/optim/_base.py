@@ -204,9 +204,12 @@ class PathOptimizer:
     # ------------------------------------------------------------ structure
     def _group_hparams(self, step: int) -> list[dict[str, Any]]:
         """Hyperparameters of each group with ``lr`` evaluated at ``step``."""
-        groups = self.groups or (Group(),)
+        if not self.groups:  # the usual case
+            hp = dict(self.hparams)
+            hp["lr"] = float(as_schedule(hp["lr"])(step))
+            return [hp]
         out = []
-        for grp in groups:
+        for grp in self.groups:
             hp = dict(self.hparams, **grp.hparams)
             hp["lr"] = float(as_schedule(hp["lr"])(step)) * grp.lr_scale
             out.append(hp)

@@ -305,7 +305,7 @@ def _eq(a: Any, b: Any, consts: bool) -> bool:
         ):
             return False
     for x, y in zip(a.children, b.children):
-        if not _eq(x, y, consts):
+        if x is not y and not _eq(x, y, consts):  # `is`: leaves (the usual child) without a call
             return False
     return True
 
@@ -321,7 +321,7 @@ def _hash(d: Any) -> int:
         aux = d.aux
     return hash(
         (d.kind.type, aux, tuple([_const_hash(c) for c in d.consts]),
-         tuple([_hash(c) for c in d.children]))
+         tuple([1 if c is _LEAF else _hash(c) for c in d.children]))
     )
 
 
