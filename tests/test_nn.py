@@ -203,6 +203,8 @@ def test_cross_entropy_backward_from_kept_dz_matches_recomputing(reduction):
         nn.cross_entropy(zt, t, reduction=reduction)
     (node,) = [n for n in tr.nodes if n.rule is not None]
     assert node.rule.name == "_softmax_cross_entropy" and node.params["dz"].shape == (5, 4)
+    report = ember.autodiff.memory_report(lambda z: nn.cross_entropy(z, t, reduction=reduction), z)
+    assert report["none"].total_bytes >= 3 * z.raw.nbytes  # z, t and the kept dz are all counted
     kept = ember.grad(loss)(z)
     for strategy in ("balanced", "segments"):
         np.testing.assert_allclose(ember.grad(loss, checkpointing=strategy)(z).raw, kept.raw, rtol=1e-13)

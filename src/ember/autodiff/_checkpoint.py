@@ -475,10 +475,13 @@ def _kept(trace: Trace) -> list:
     seen: set = set()
     rows: list = []
 
-    def add(op, v):
-        if not isinstance(v, Tensor):
+    def add(op, v, raw_too=False):
+        if isinstance(v, Tensor):
+            raw = raw_value(v)
+        elif raw_too and hasattr(v, "__array_namespace__"):  # kept by the rule, e.g. a gradient
+            raw = v
+        else:
             return
-        raw = raw_value(v)
         if id(raw) in seen:
             return
         seen.add(id(raw))
@@ -505,6 +508,8 @@ def _kept(trace: Trace) -> list:
                 add(p.parents[0].rule.name, a)
             else:
                 add(p.rule.name, a)
+        for v in (node.params or {}).values():  # what the forward left for the VJP (cross-entropy's dz)
+            add(rule.name, v, raw_too=True)
     return rows
 
 
