@@ -178,6 +178,19 @@ def _logits_targets(draw):
     return draw(arrays(shape)), draw(arrays(shape, 0.0, 1.0))  # targets need not sum to 1
 
 
+@st.composite
+def _tiled(draw):
+    """Distinct values on (*lead, *spatial) with spatial = out * kernel; 1 to 3 pooled axes."""
+    nd = draw(st.integers(1, 3))
+    kernel = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    if all(k == 1 for k in kernel):
+        kernel = (2,) + kernel[1:]
+    out = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    lead = (draw(st.integers(0, 2)), draw(st.integers(1, 2)))
+    return draw(distinct(lead + tuple(o * k for o, k in zip(out, kernel)))), kernel
+
+
+case("_max_pool_tiles (nn.max_pool)", _tiled(), lambda xp, x, k: xp._max_pool_tiles(x, kernel=k))
 case("_softmax_cross_entropy (nn.cross_entropy)", _logits_targets(),
      lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=-1))
 case("_softmax_cross_entropy axis 0", _logits_targets(),

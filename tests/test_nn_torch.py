@@ -228,6 +228,22 @@ def test_maxpool_dilation_and_1d():
     _close(nn.AvgPool1d(2)(_e(x1)), torch.nn.AvgPool1d(2)(_t(x1)), np.float64)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel", [2, (2, 3), (1, 2)])
+def test_tiled_maxpool_gradient_matches_torch_at_ties(dtype, kernel):
+    """Windows that tile the input are one node; a tied window's gradient goes to its first
+    maximal element in row-major order, as PyTorch's does, and every other element gets 0."""
+    x = np.round(_rng().standard_normal((2, 3, 4, 6)) * 2).astype(dtype)  # many ties
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    x[0, 0, :kh, :kw] = 7.0  # the first window: all its elements equal maxima
+    w = _rng().standard_normal(nn.MaxPool2d(kernel)(_e(x)).shape).astype(dtype)
+    tx = _t(x).requires_grad_()
+    (torch.nn.MaxPool2d(kernel)(tx) * _t(w)).sum().backward()
+    g = ember.grad(lambda x: xp.sum(nn.MaxPool2d(kernel)(x) * _e(w)))(_e(x))
+    _close(g, tx.grad, dtype)
+    assert g.raw[0, 0, 0, 0] == w[0, 0, 0, 0] and not g.raw[0, 0, :kh, :kw].ravel()[1:].any()
+
+
 @pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1)])
 def test_pools_fd(kw):
     x = _e(_rng().standard_normal((2, 2, 6, 6)))

@@ -216,6 +216,14 @@ def build(d) -> dict:
 
     out["_softmax_cross_entropy"] = softmax_cross_entropy
 
+    # nn.max_pool over windows tiling the input: one node instead of k*k views and k*k-1 maximums
+    from ._rules.pooling import max_pool_tiles
+
+    def max_pool_tiles_impl(x, kernel):
+        return max_pool_tiles(R, x, kernel)
+
+    out["_max_pool_tiles"] = fast_generic("_max_pool_tiles", max_pool_tiles_impl)  # (x, kernel=k)
+
     # nn.linear: act(x @ w^T + b) as one node (b may be None); NumPy's kernel adds the bias and
     # the ReLU in place (_direct.py)
     from ._rules.linear import check_linear

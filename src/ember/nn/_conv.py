@@ -171,8 +171,14 @@ def _pool(x: Any, nd: int, kernel_size: Any, stride: Any, padding: Any, dilation
     ):
         # Non-overlapping windows tiling the input: combine the k**nd strided views
         # elementwise. (A reduction over the interleaved window axes of a reshape is
-        # some 30x slower in NumPy.) At ties max_pool's gradient goes to the tied
-        # elements in unequal shares (any split is a valid subgradient).
+        # some 30x slower in NumPy.) On ember namespaces max pooling is one node whose
+        # gradient goes to each window's first maximal element (row-major, as PyTorch);
+        # the composition on other namespaces splits it among tied elements (any split
+        # is a valid subgradient).
+        fused = getattr(xp, "_max_pool_tiles", None) if kind == "max" else None
+        if fused is not None and math.prod(kernel) > 1 and xp.isdtype(x.dtype, "real floating"):
+            y = fused(x, kernel=kernel)
+            return y if batched else y[0, ...]
         y = None
         for offsets in itertools.product(*(range(k) for k in kernel)):
             view = x[(slice(None), slice(None)) + tuple(slice(o, None, k) for o, k in zip(offsets, kernel))]
