@@ -44,12 +44,19 @@ def _max_pool_tiles_vjp(ns, g, ans, x, *, kernel):
     parts, taken = [], None
     for i, idx in enumerate(views):
         eq = x[idx] == ans
-        take = eq if taken is None else eq & ~taken
-        if i < len(views) - 1:
-            taken = eq if taken is None else taken | eq
-        if out is not None:
+        last = i == len(views) - 1
+        if out is not None:  # NumPy: "eq and not taken" as one bool comparison, taken kept in place
+            take = eq if taken is None else eq > taken
+            if taken is None:
+                taken = eq  # take (the same array) is used up below before taken changes
+            elif not last:
+                taken |= eq
             product(g, take, out=out[idx])
-        elif product is not None:
+            continue
+        take = eq if taken is None else eq & ~taken
+        if not last:
+            taken = eq if taken is None else taken | eq
+        if product is not None:
             parts.append(product(g, take))
         elif exact:
             parts.append(g * ns.astype(take, g.dtype))
