@@ -323,7 +323,19 @@ def test_simple_initializers():
 def test_erf_accuracy():
     x = np.linspace(-8, 8, 4001)
     ref = np.array([math.erf(v) for v in x])
-    assert float(np.max(np.abs(nn.erf(x) - ref))) < 1e-13
+    assert float(np.max(np.abs(nn.erf(x) - ref))) < 1e-13  # raw NumPy: the series composed
+    ours = nn.erf(xp.asarray(x))  # ember namespace: one primitive, the same values
+    assert float(np.max(np.abs(ours.raw - ref))) < 1e-13
+    # its gradient is exact (2 / sqrt(pi) exp(-x^2)), and gelu records one erf node, not ~190
+    g = ember.grad(lambda t: xp.sum(nn.erf(t)))(xp.asarray(x))
+    np.testing.assert_allclose(g.raw, 2 / np.sqrt(np.pi) * np.exp(-x * x), rtol=1e-15, atol=1e-300)
+    from ember.autodiff._trace import Trace
+    from ember.func._transforms import _trace_args
+
+    with Trace() as tr:
+        (t,), _, _ = _trace_args((xp.asarray(x),), (0,), tr)
+        nn.gelu(t)
+    assert [n.rule.name for n in tr.nodes if n.rule is not None].count("_erf") == 1 and len(tr.nodes) < 8
 
 
 # --- examples ------------------------------------------------------------------------------

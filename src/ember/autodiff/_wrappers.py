@@ -216,6 +216,14 @@ def build(d) -> dict:
 
     out["_softmax_cross_entropy"] = softmax_cross_entropy
 
+    # nn.erf (so nn.gelu): the series on backend arrays as one node, its VJP 2/sqrt(pi) exp(-x^2)
+    from ._erf import erf_series
+
+    def erf_impl(x):
+        return erf_series(R, x)
+
+    out["_erf"] = fast_generic("_erf", erf_impl)
+
     # nn.max_pool over windows tiling the input: one node instead of k*k views and k*k-1 maximums
     from ._rules.pooling import max_pool_tiles
 

@@ -239,6 +239,8 @@ defvjp("astype", lambda ns, g, ans, x, dtype, **kw: fit(ns, g, x))
 defvjp("copy", lambda ns, g, ans, x: g)
 # nn.relu: max(x, 0) whose derivative at 0 is 0 (PyTorch's and JAX's choice), not maximum's 1/2
 defvjp("_relu", lambda ns, g, ans, x: select(ns, x > 0, g))
+# nn.erf (one primitive; the forward is a Chebyshev series, see autodiff/_erf.py)
+defvjp("_erf", lambda ns, g, ans, x: g * (2.0 / math.sqrt(math.pi)) * ns.exp(-(x * x)))
 # nn.softmax / nn.log_softmax (one primitive each): y = softmax(x), l = log_softmax(x)
 defvjp("_softmax", lambda ns, g, ans, x, *, axis: ans * (g - ns.sum(g * ans, axis=axis, keepdims=True)))
 defvjp("_log_softmax", lambda ns, g, ans, x, *, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True))
