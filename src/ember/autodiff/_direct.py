@@ -172,4 +172,10 @@ def direct_functions(lib: Any) -> dict:
     out["broadcast_to"] = _broadcast_to(lib)
     out["astype"] = _astype(lib)
     out["_linear"] = _linear(lib)
+    try:  # SciPy comes with scikit-learn, a dependency: its erf is one ufunc (nn.erf's kernel)
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - the Chebyshev series instead
+        pass
+    else:
+        out["_erf_kernel"] = erf
     return out

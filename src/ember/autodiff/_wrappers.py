@@ -219,7 +219,13 @@ def build(d) -> dict:
     # nn.erf (so nn.gelu): the series on backend arrays as one node, its VJP 2/sqrt(pi) exp(-x^2)
     from ._erf import erf_series
 
+    kernel = getattr(R, "_erf_kernel", None)  # NumPy: scipy.special.erf, for float32/float64
+    kernel_dtypes = (R.float32, R.float64) if kernel is not None else ()
+
     def erf_impl(x):
+        if x.dtype in kernel_dtypes:
+            y = kernel(x)
+            return y if y.__class__ is A else R.asarray(y)  # a 0-d input gives a NumPy scalar
         return erf_series(R, x)
 
     out["_erf"] = fast_generic("_erf", erf_impl)
