@@ -177,5 +177,10 @@ def direct_functions(lib: Any) -> dict:
     except ImportError:  # pragma: no cover - the Chebyshev series instead
         pass
     else:
-        out["_erf_kernel"] = erf
+        asarray = lib.asarray
+
+        def erf_kernel(x):
+            return asarray(erf(x))  # an array also for 0-d input (the ufunc gives a scalar)
+
+        out["_erf_kernel"] = erf_kernel
     return out

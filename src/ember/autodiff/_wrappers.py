@@ -177,13 +177,13 @@ def build(d) -> dict:
     def softmax_cross_entropy_impl(z, t, axis, reduction="none"):
         return reduce_rows(-rsum(t * log_softmax_impl(z, axis), axis=axis), reduction)
 
+    from ._rules.elementwise import ce_dz, shifted_exp
+
     def softmax_cross_entropy_and_dz(z, t, axis, reduction):
-        """The loss, and its gradient for a unit cotangent per row: ``softmax(z) * sum(t) - t``."""
-        s = z - rmax(z, axis=axis, keepdims=True)
-        e = exp(s)
-        total = rsum(e, axis=axis, keepdims=True)
+        """The loss, and its gradient for a unit cotangent per row (the VJP's ``dz``)."""
+        s, e, total = shifted_exp(R, z, axis)
         loss = -rsum(t * (s - log(total)), axis=axis)
-        return reduce_rows(loss, reduction), e * (rsum(t, axis=axis, keepdims=True) / total) - t
+        return reduce_rows(loss, reduction), ce_dz(R, t, e, total, axis)
 
     out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
     out["_softmax"] = fast_generic("_softmax", softmax_impl)
@@ -223,10 +223,7 @@ def build(d) -> dict:
     kernel_dtypes = (R.float32, R.float64) if kernel is not None else ()
 
     def erf_impl(x):
-        if x.dtype in kernel_dtypes:
-            y = kernel(x)
-            return y if y.__class__ is A else R.asarray(y)  # a 0-d input gives a NumPy scalar
-        return erf_series(R, x)
+        return kernel(x) if x.dtype in kernel_dtypes else erf_series(R, x)
 
     out["_erf"] = fast_generic("_erf", erf_impl)
 

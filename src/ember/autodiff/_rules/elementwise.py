@@ -246,12 +246,18 @@ defvjp("_softmax", lambda ns, g, ans, x, *, axis: ans * (g - ns.sum(g * ans, axi
 defvjp("_log_softmax", lambda ns, g, ans, x, *, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True))
 
 
-def _shifted_exp(ns, z, axis):
+def shifted_exp(ns, z, axis):
     """``(z - max z, exp of it, its sum)`` along ``axis``: softmax and log-softmax of logits
-    ``z``, recomputed by the cross-entropy VJPs where the forward kept no ``dz``."""
+    ``z``: the cross-entropy forward's (_wrappers) and its VJPs' where the forward kept no ``dz``."""
     s = z - ns.max(z, axis=axis, keepdims=True)
     e = ns.exp(s)
     return s, e, ns.sum(e, axis=axis, keepdims=True)
+
+
+def ce_dz(ns, t, e, total, axis):
+    """``softmax(z) * sum(t) - t`` from ``shifted_exp``'s ``e`` and ``total``: d/dz of the
+    per-row loss ``-sum(t * log_softmax(z))`` (the forward keeps it, see _wrappers)."""
+    return e * (ns.sum(t, axis=axis, keepdims=True) / total) - t
 
 
 def _ce_rows(ns, g, z, axis, reduction):
@@ -269,13 +275,13 @@ def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none", dz=None):
     # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t: kept by the forward
     # (``dz``, see _wrappers.softmax_cross_entropy) or recomputed
     if dz is None:
-        _, e, total = _shifted_exp(ns, z, axis)
-        dz = e * (ns.sum(t, axis=axis, keepdims=True) / total) - t
+        _, e, total = shifted_exp(ns, z, axis)
+        dz = ce_dz(ns, t, e, total, axis)
     return fit(ns, _ce_rows(ns, g, z, axis, reduction) * dz, z)
 
 
 def _ce_targets(ns, g, ans, z, t, *, axis, reduction="none", dz=None):
-    s, _, total = _shifted_exp(ns, z, axis)
+    s, _, total = shifted_exp(ns, z, axis)
     return fit(ns, -_ce_rows(ns, g, z, axis, reduction) * (s - ns.log(total)), t)
 
 
