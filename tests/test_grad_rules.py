@@ -786,6 +786,14 @@ def test_kink_subgradients(lib, cheap_any):
         _, pull = ember.vjp(lambda x, w, b: nn.linear(x, w, b, activation=nn.relu), xp.asarray([2.0]), w, b)
         gx, gw, gb = (to_numpy(t) for t in pull(xp.asarray(cot)))
         assert gx.tolist() == [1.0] and gw.tolist() == [[2.0], [0.0], [0.0]] and gb.tolist() == [1.0, 0.0, 0.0]
+    # a batch (the bias gradient decides whether the mask product was exact): an inf/NaN where
+    # the ReLU is off gives 0, an inf where it is on flows into every gradient it reaches
+    inf, nan = float("inf"), float("nan")
+    x2 = xp.asarray([[2.0], [1.0]])  # pre-activations (2, -2, 0) and (1, -1, -2)
+    for cot, want in (([[1.0, inf, nan], [3.0, nan, 1.0]], ([[1.0], [3.0]], [[5.0], [0.0], [0.0]], [4.0, 0.0, 0.0])),
+                      ([[1.0, inf, nan], [inf, 1.0, 1.0]], ([[1.0], [inf]], [[inf], [0.0], [0.0]], [inf, 0.0, 0.0]))):
+        _, pull = ember.vjp(lambda x, w, b: nn.linear(x, w, b, activation=nn.relu), x2, w, b)
+        assert [to_numpy(t).tolist() for t in pull(xp.asarray(cot))] == list(want)
     y, pull = ember.vjp(lambda x: xp.where(x > 0, x, 0.0), xp.asarray([-1.0, 2.0]))
     assert to_numpy(pull(xp.asarray([float("nan"), 1.0]))[0]).tolist() == [0.0, 1.0]
     # the same rule run on wrapper tensors (second order: the first backward is recorded)

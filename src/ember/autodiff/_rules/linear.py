@@ -12,7 +12,7 @@ import math
 
 from ..._errors import DTypeError, ShapeError
 from ._base import COMPUTE, defvjp, defvjp_all
-from ._util import cj, fit, select
+from ._util import cj, fit, select, select_summed
 
 
 def _matmul_a(ns, g, ans, a, b):
@@ -137,10 +137,16 @@ def _linear_vjp(ns, g, ans, args, params, parents):
     ``gx = g' @ w``, ``gw = g'^T @ x`` (leading axes of x flattened), ``gb = sum(g')``, where
     ``g'`` is ``g`` masked by the ReLU (``relu=True``); complex inputs conjugate as matmul's."""
     x, w, b = args
-    if params.get("relu"):
-        g = select(ns, ans > 0, g)  # as _relu's VJP: 0 at the kink, exactly 0 where off
     dt = g.dtype  # one real dtype throughout (the common case): no conjugation or casts
     plain = x.dtype == dt and w.dtype == dt and dt not in ns._complex
+    # the common bias gradient: the leading axis summed (fit also casts; not needed when plain)
+    sum_bias = parents[2] is not None and plain and g.ndim == 2 and b.dtype == dt
+    gb = None
+    if params.get("relu"):  # as _relu's VJP: 0 at the kink, exactly 0 where off
+        if sum_bias:  # the mask's exactness read off the bias gradient (see select_summed)
+            g, gb = select_summed(ns, ans > 0, g, 0)
+        else:
+            g = select(ns, ans > 0, g)
     gx = gw = None
     if parents[0] is not None:
         gx = ns.matmul(g, w if plain else cj(ns, w))
@@ -159,9 +165,8 @@ def _linear_vjp(ns, g, ans, args, params, parents):
             gw = ns.matmul(ns.matrix_transpose(g2), xc)
         if not plain:
             gw = fit(ns, gw, w)
-    gb = None
-    if parents[2] is not None:  # the leading axes summed (fit also casts; not needed when plain)
-        gb = ns.sum(g, axis=0) if plain and g.ndim == 2 and b.dtype == dt else fit(ns, g, b)
+    if parents[2] is not None and gb is None:
+        gb = ns.sum(g, axis=0) if sum_bias else fit(ns, g, b)
     return gx, gw, gb
 
 
