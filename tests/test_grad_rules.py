@@ -168,6 +168,7 @@ case("maximum", _tie_free(), lambda xp, x, y: xp.maximum(x, y))
 case("minimum", _tie_free(), lambda xp, x, y: xp.minimum(x, y))
 case("_relu (nn.relu)", args_of(_grid(shapes(), 0.1)), lambda xp, x: xp._relu(x))  # off the kink at 0
 case("_erf (nn.erf)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: xp._erf(x))  # series and tail
+case("_gelu_tanh (nn.gelu, tanh form)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: xp._gelu_tanh(x))
 case("_softmax (nn.softmax)", args_of(arrays(shapes(min_dims=1, min_side=1))), lambda xp, x: xp._softmax(x, axis=-1))
 case("_log_softmax (nn.log_softmax)", args_of(arrays(shapes(min_dims=2, min_side=1))),
      lambda xp, x: xp._log_softmax(x, axis=0))

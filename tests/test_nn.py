@@ -320,6 +320,31 @@ def test_simple_initializers():
     assert type(n).__name__ == "Tensor"
 
 
+def test_gelu_tanh_is_one_node_equal_to_its_composition():
+    """On an ember namespace the tanh form is one primitive; on raw NumPy nn composes it:
+    values and first and second derivatives agree, float32 stays float32."""
+    from ember.autodiff._trace import Trace
+    from ember.func._transforms import _trace_args
+
+    x = np.linspace(-6, 6, 241)
+    ours = nn.gelu(xp.asarray(x), approximate=True)
+    np.testing.assert_allclose(ours.raw, nn.gelu(x, approximate=True), rtol=1e-15, atol=1e-300)
+    c, k = np.sqrt(2 / np.pi), 0.044715
+    t = np.tanh(c * (x + k * x**3))
+    want = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x)
+    d = ember.grad(lambda v: xp.sum(nn.gelu(v, approximate=True)))
+    np.testing.assert_allclose(d(xp.asarray(x)).raw, want, rtol=1e-13, atol=1e-15)
+    d2 = ember.grad(lambda v: xp.sum(d(v)))(xp.asarray(x)).raw  # through the VJP's own ops
+    eps = 1e-6
+    fd = (d(xp.asarray(x + eps)).raw - d(xp.asarray(x - eps)).raw) / (2 * eps)
+    np.testing.assert_allclose(d2, fd, rtol=1e-6, atol=1e-8)
+    assert nn.gelu(xp.asarray(x, dtype=xp.float32), approximate=True).dtype == xp.float32
+    with Trace() as tr:
+        (v,), _, _ = _trace_args((xp.asarray(x),), (0,), tr)
+        nn.gelu(v, approximate=True)
+    assert [n.rule.name for n in tr.nodes if n.rule is not None] == ["_gelu_tanh"]
+
+
 def test_erf_accuracy():
     x = np.linspace(-8, 8, 4001)
     ref = np.array([math.erf(v) for v in x])

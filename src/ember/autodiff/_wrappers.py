@@ -227,6 +227,14 @@ def build(d) -> dict:
 
     out["_erf"] = fast_generic("_erf", erf_impl)
 
+    # nn.gelu(approximate=True): one node instead of eight (three products, two sums, tanh...)
+    from ._rules.elementwise import gelu_tanh_u
+
+    def gelu_tanh_impl(x):
+        return (0.5 * x) * (1.0 + R.tanh(gelu_tanh_u(R, x, x * x)))
+
+    out["_gelu_tanh"] = fast_generic("_gelu_tanh", gelu_tanh_impl)
+
     # nn.max_pool over windows tiling the input: one node instead of k*k views and k*k-1 maximums
     from ._rules.pooling import max_pool_tiles
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..autodiff._rules.elementwise import gelu_tanh_u
 from ._util import erf, namespace
 
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "identity"]
@@ -52,12 +53,16 @@ def gelu(x: Any, approximate: bool = False) -> Any:
 
     The exact form matches ``torch.nn.GELU()``; the tanh form matches
     ``GELU(approximate="tanh")``. The standard has no erf, so ember computes
-    it from a Chebyshev series (absolute error ~1e-16 in float64).
+    it from a Chebyshev series (absolute error ~1e-16 in float64). On ember
+    namespaces erf and the whole tanh form are one tape node each
+    (``xp._erf``, ``xp._gelu_tanh``) with their exact derivatives.
     """
     if approximate:
         xp = namespace(x)
-        c = math.sqrt(2.0 / math.pi)
-        return 0.5 * x * (1.0 + xp.tanh(c * (x + 0.044715 * (x * x * x))))
+        f = getattr(xp, "_gelu_tanh", None)  # ember namespaces: one primitive
+        if f is not None:
+            return f(x)
+        return 0.5 * x * (1.0 + xp.tanh(gelu_tanh_u(xp, x, x * x)))
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
 
 

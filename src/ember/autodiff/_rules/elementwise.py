@@ -241,6 +241,23 @@ defvjp("copy", lambda ns, g, ans, x: g)
 defvjp("_relu", lambda ns, g, ans, x: select(ns, x > 0, g))
 # nn.erf (one primitive; the forward is a Chebyshev series, see autodiff/_erf.py)
 defvjp("_erf", lambda ns, g, ans, x: g * (2.0 / math.sqrt(math.pi)) * ns.exp(-(x * x)))
+# nn.gelu(approximate=True) (one primitive): 0.5 x (1 + tanh(u)), u = c (x + k x^3)
+GELU_C, GELU_K = math.sqrt(2.0 / math.pi), 0.044715
+
+
+def gelu_tanh_u(ns, x, x2):
+    """The tanh form's argument ``c * (x + k * x^3)``, given ``x2 = x * x``."""
+    return GELU_C * (x + GELU_K * (x2 * x))
+
+
+def _gelu_tanh_dx(ns, g, ans, x):
+    # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2), t = tanh(u) (recomputed: one ufunc)
+    x2 = x * x
+    t = ns.tanh(gelu_tanh_u(ns, x, x2))
+    return g * (0.5 * (1.0 + t) + (0.5 * GELU_C) * x * (1.0 - t * t) * (1.0 + (3.0 * GELU_K) * x2))
+
+
+defvjp("_gelu_tanh", _gelu_tanh_dx)
 # nn.softmax / nn.log_softmax (one primitive each): y = softmax(x), l = log_softmax(x)
 defvjp("_softmax", lambda ns, g, ans, x, *, axis: ans * (g - ns.sum(g * ans, axis=axis, keepdims=True)))
 defvjp("_log_softmax", lambda ns, g, ans, x, *, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True))
