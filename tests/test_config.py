@@ -77,3 +77,70 @@ def test_unknown_option_and_scoping():
         assert cfg["on_hidden_copy"] == "warn" and ember._config.get_config()["on_hidden_copy"] == "warn"
     assert ember._config.get_config()["on_hidden_copy"] == "ignore"
     assert "{key}" in BAD_CONFIG and "{known}" in UNKNOWN_CONFIG
+
+
+# --- malloc_trim_threshold: glibc keeps freed pages for the next step ----------------------
+
+_GLIBC = ember._heap._glibc_mallopt() is not None
+
+
+def _faults_of_fresh_arrays(n=8, nbytes=1 << 20):
+    """Minor page faults while making, writing and dropping ``n`` arrays of ``nbytes``."""
+    import resource
+
+    import numpy as np
+
+    np.ones(nbytes // 8)  # the first one may take new pages either way
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(n):
+        a = np.ones(nbytes // 8)
+        del a
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.skipif(not _GLIBC, reason="malloc_trim_threshold tunes glibc's malloc; on other C "
+                    "libraries it changes nothing (test_malloc_trim_threshold_values checks that)")
+def test_malloc_trim_threshold_keeps_freed_pages():
+    assert ember._config.CONFIG["malloc_trim_threshold"] == ember._heap.initial_trim_threshold()
+    with ember.config(malloc_trim_threshold=256 << 20):
+        kept = _faults_of_fresh_arrays()
+    with ember.config(malloc_trim_threshold=None):  # glibc's static defaults: each 1 MiB mapped anew
+        fresh = _faults_of_fresh_arrays()
+    assert kept < 64 and fresh >= 8 * 128, (kept, fresh)
+
+
+def test_malloc_trim_threshold_values(monkeypatch):
+    from ember._heap import DEFAULT_TRIM_THRESHOLD, ENV, apply_trim_threshold, initial_trim_threshold
+
+    before = ember._config.CONFIG["malloc_trim_threshold"]
+    assert apply_trim_threshold(DEFAULT_TRIM_THRESHOLD) is _GLIBC  # False: nothing to tune
+    for env, want in (("", DEFAULT_TRIM_THRESHOLD), ("none", None), (" None ", None), ("1048576", 1 << 20)):
+        monkeypatch.setenv(ENV, env)
+        assert initial_trim_threshold() == want
+    for env in ("abc", "-1", "1.5"):
+        monkeypatch.setenv(ENV, env)
+        with pytest.raises(ValueError, match=r"\$EMBER_MALLOC_TRIM_THRESHOLD=.* or to 'none'"):
+            initial_trim_threshold()
+    for bad in (-1, 1.5, True, "256M"):
+        with pytest.raises(ValueError, match=r"malloc_trim_threshold must be a number of bytes"):
+            ember.config(malloc_trim_threshold=bad)
+    with ember.config(malloc_trim_threshold=0) as cfg:  # 0: return every freed page at once
+        assert cfg["malloc_trim_threshold"] == 0
+    assert ember._config.CONFIG["malloc_trim_threshold"] == before
+
+
+@pytest.mark.parametrize("env", ["none", ""])
+def test_malloc_opt_out_before_import_leaves_malloc_alone(env):
+    """With the variable at 'none' importing ember never loads the C library's mallopt
+    (ctypes.CDLL(None)); by default it does, on glibc."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import ctypes; seen = []; real = ctypes.CDLL\n"
+            "ctypes.CDLL = lambda *a, **k: seen.append(a[0] if a else 0) or real(*a, **k)\n"
+            "import ember; print(ember._config.CONFIG['malloc_trim_threshold'], None in seen)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "EMBER_MALLOC_TRIM_THRESHOLD": env})
+    want = ["None", "False"] if env == "none" else [str(256 << 20), str(_GLIBC)]
+    assert out.stdout.split() == want

@@ -1,0 +1,87 @@
+"""Keep freed array memory in the process for the next step (glibc's malloc).
+
+Why: a training step allocates its activations, then frees nearly all of
+them when backward ends. With glibc's default policy the freed top of the
+heap goes back to the operating system as soon as it exceeds twice the
+largest array freed so far, and the next step gets fresh pages, each one a
+page fault the kernel must zero. A transformer block step (batch 16, seq 64,
+d 128) took about 11,000 page faults, 80 ms in place of 30; a small CNN
+5,600 faults, 44 ms in place of 17. Raising the trim threshold keeps that
+memory for reuse, as the caching allocators of GPU libraries do.
+
+``ember.config(malloc_trim_threshold=...)`` sets it (bytes; default
+256 MiB, applied when ember is imported). Arrays of up to 32 MiB then come
+from the heap (glibc's own ceiling for its dynamic threshold); larger ones
+are still mapped and unmapped on their own. The price: up to that many
+bytes of freed memory stay in the process instead of going back to the
+system. ``None`` sets glibc's static defaults (128 KiB each) back; glibc's
+dynamic threshold stays off once it has been set, so to keep glibc's policy
+exactly set ``EMBER_MALLOC_TRIM_THRESHOLD=none`` before importing ember.
+Other C libraries (musl, macOS, Windows): nothing is changed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+#: glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: arrays up to this size come from the heap while a trim threshold is set (glibc's
+#: DEFAULT_MMAP_THRESHOLD_MAX on 64-bit, the most its dynamic policy would choose)
+MMAP_THRESHOLD = 32 << 20
+#: glibc's static defaults, set back by ``None``
+_GLIBC_DEFAULT = 128 << 10
+DEFAULT_TRIM_THRESHOLD = 256 << 20
+ENV = "EMBER_MALLOC_TRIM_THRESHOLD"
+BAD_ENV = (
+    "${env}={value!r} is not a number of bytes or 'none'; set it to e.g. 268435456 "
+    "(256 MiB, the default) or to 'none' to leave the C library's malloc as it is"
+)
+
+_mallopt = None
+
+
+def _glibc_mallopt():
+    """glibc's ``mallopt``, or None on another C library."""
+    global _mallopt
+    if _mallopt is None:
+        _mallopt = False
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            try:
+                _mallopt = ctypes.CDLL(None).mallopt
+            except (OSError, AttributeError):  # pragma: no cover - a static or odd build
+                pass
+    return _mallopt or None
+
+
+def initial_trim_threshold() -> int | None:
+    """The value to apply at import: ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or 'none'),
+    else the default."""
+    value = os.environ.get(ENV)
+    if value is None or not value.strip():
+        return DEFAULT_TRIM_THRESHOLD
+    if value.strip().lower() == "none":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(BAD_ENV.format(env=ENV, value=value))
+    return n
+
+
+def apply_trim_threshold(trim: int | None) -> bool:
+    """Set glibc's trim threshold to ``trim`` bytes (and the mmap threshold to 32 MiB), or
+    both back to glibc's static defaults for None. False where malloc is not glibc's."""
+    mallopt = _glibc_mallopt()
+    if mallopt is None:
+        return False
+    if trim is None:
+        return bool(mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT)) and bool(
+            mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT))
+    # mallopt takes a C int: clamp (2 GiB - 1 keeps everything below that in the process)
+    trim = min(trim, 2**31 - 1)
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, trim))
