@@ -52,10 +52,13 @@ def final_accuracy(stdout: str) -> str:
 
 
 def test_info_lists_numpy_with_a_checked_gradient():
-    p = ember("info")
+    p = ember("info", env={"JAX_ENABLE_X64": "0"})  # as users run it (the tests set x64 on)
     assert p.returncode == 0, p.stderr
     block = p.stdout.split("[numpy]", 1)[1].split("\n[", 1)[0]
     assert "gradient ok: True" in block
+    config = p.stdout.split("[config]", 1)[1]
+    assert "malloc_trim_threshold: 268435456" in config and "malloc: " in config
+    assert "Warning" not in p.stderr  # probing each backend's dtypes warns nowhere (JAX without x64)
 
 
 def test_version_and_help():

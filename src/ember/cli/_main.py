@@ -61,13 +61,21 @@ def main(ctx, debug):
 
 @main.command()
 def info():
-    """Backends found, their versions and capabilities, and a tiny gradient on each."""
+    """Backends found, their versions and capabilities, a tiny gradient on each, and ember's
+    configuration."""
+    from .._config import get_config
+    from .._heap import _glibc_mallopt
     from ._info import gather
 
     for row in gather():
         click.echo(f"[{row.pop('backend')}]")
         for k, v in row.items():
             click.echo(f"  {k}: {v}")
+    click.echo("[config]  (ember.config)")
+    for k, v in get_config().items():
+        click.echo(f"  {k}: {v}")
+    click.echo("  malloc: " + ("glibc (malloc_trim_threshold applies)" if _glibc_mallopt() is not None
+                               else "not glibc: left as it is"))
 
 
 @main.command()
