@@ -10,9 +10,11 @@ d 128) took about 11,000 page faults, 80 ms in place of 30; a small CNN
 memory for reuse, as the caching allocators of GPU libraries do.
 
 ``ember.config(malloc_trim_threshold=...)`` sets it (bytes; default
-256 MiB, applied when ember is imported). Arrays of up to 32 MiB then come
-from the heap (glibc's own ceiling for its dynamic threshold); larger ones
-are still mapped and unmapped on their own. The price: up to that many
+256 MiB, applied when ember is imported). Arrays below 4 MiB then come
+from the heap; larger ones are still mapped and unmapped on their own,
+because NumPy asks the kernel for huge pages for them and only a fresh
+mapping gets those (from the heap, a Conv2d step with 4-8 MiB im2col
+buffers ran about 1.3x slower than mapped). The price: up to that many
 bytes of freed memory stay in the process instead of going back to the
 system. ``None`` sets glibc's static defaults (128 KiB each) back; glibc's
 dynamic threshold stays off once it has been set, so to keep glibc's policy
@@ -28,9 +30,9 @@ import platform
 
 #: glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-#: arrays up to this size come from the heap while a trim threshold is set (glibc's
-#: DEFAULT_MMAP_THRESHOLD_MAX on 64-bit, the most its dynamic policy would choose)
-MMAP_THRESHOLD = 32 << 20
+#: arrays below this size come from the heap while a trim threshold is set; from it up
+#: they are mapped afresh, as NumPy asks for (transparent) huge pages from 4 MiB on
+MMAP_THRESHOLD = 4 << 20
 #: glibc's static defaults, set back by ``None``
 _GLIBC_DEFAULT = 128 << 10
 DEFAULT_TRIM_THRESHOLD = 256 << 20
@@ -74,7 +76,7 @@ def initial_trim_threshold() -> int | None:
 
 
 def apply_trim_threshold(trim: int | None) -> bool:
-    """Set glibc's trim threshold to ``trim`` bytes (and the mmap threshold to 32 MiB), or
+    """Set glibc's trim threshold to ``trim`` bytes (and the mmap threshold to 4 MiB), or
     both back to glibc's static defaults for None. False where malloc is not glibc's."""
     mallopt = _glibc_mallopt()
     if mallopt is None:
