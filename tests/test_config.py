@@ -102,10 +102,11 @@ def _faults_of_fresh_arrays(n=8, nbytes=1 << 20):
                     "libraries it changes nothing (test_malloc_trim_threshold_values checks that)")
 def test_malloc_trim_threshold_keeps_freed_pages():
     assert ember._config.CONFIG["malloc_trim_threshold"] == ember._heap.initial_trim_threshold()
+    # the fewest of three tries: faults are counted for the whole process (other threads too)
     with ember.config(malloc_trim_threshold=256 << 20):
-        kept = _faults_of_fresh_arrays()
+        kept = min(_faults_of_fresh_arrays() for _ in range(3))
     with ember.config(malloc_trim_threshold=None):  # glibc's static defaults: each 1 MiB mapped anew
-        fresh = _faults_of_fresh_arrays()
+        fresh = min(_faults_of_fresh_arrays() for _ in range(3))
     assert kept < 64 and fresh >= 8 * 128, (kept, fresh)
 
 
