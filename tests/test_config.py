@@ -114,10 +114,22 @@ def test_malloc_trim_threshold_values(monkeypatch):
     from ember._heap import DEFAULT_TRIM_THRESHOLD, ENV, apply_trim_threshold, initial_trim_threshold
 
     before = ember._config.CONFIG["malloc_trim_threshold"]
+    for var in (*ember._heap._GLIBC_ENV, "GLIBC_TUNABLES"):  # this test's own environment
+        monkeypatch.delenv(var, raising=False)
     assert apply_trim_threshold(DEFAULT_TRIM_THRESHOLD) is _GLIBC  # False: nothing to tune
     for env, want in (("", DEFAULT_TRIM_THRESHOLD), ("none", None), (" None ", None), ("1048576", 1 << 20)):
         monkeypatch.setenv(ENV, env)
         assert initial_trim_threshold() == want
+    monkeypatch.delenv(ENV)
+    for var, value in (("MALLOC_TRIM_THRESHOLD_", "1000000"), ("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0")):
+        monkeypatch.setenv(var, value)  # malloc tuned through the environment: left as it is
+        assert initial_trim_threshold() is None
+        monkeypatch.setenv(ENV, "4096")  # unless asked
+        assert initial_trim_threshold() == 4096
+        monkeypatch.delenv(ENV)
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.pthread.rseq=0")  # other tunables: the default
+    assert initial_trim_threshold() == DEFAULT_TRIM_THRESHOLD
     for env in ("abc", "-1", "1.5"):
         monkeypatch.setenv(ENV, env)
         with pytest.raises(ValueError, match=r"\$EMBER_MALLOC_TRIM_THRESHOLD=.* or to 'none'"):
@@ -142,6 +154,7 @@ def test_malloc_opt_out_before_import_leaves_malloc_alone(env):
             "ctypes.CDLL = lambda *a, **k: seen.append(a[0] if a else 0) or real(*a, **k)\n"
             "import ember; print(ember._config.CONFIG['malloc_trim_threshold'], None in seen)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "EMBER_MALLOC_TRIM_THRESHOLD": env})
+                         env={**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")
+                                 and k != "GLIBC_TUNABLES"}, "EMBER_MALLOC_TRIM_THRESHOLD": env})
     want = ["None", "False"] if env == "none" else [str(256 << 20), str(_GLIBC)]
     assert out.stdout.split() == want

@@ -24,7 +24,8 @@ Options (defaults first):
   pages instead of page-faulting fresh ones (a transformer block step
   took 2.7x longer without it). Applied when ember is imported and
   whenever it is set; ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or ``none``)
-  sets the value used at import, ``none`` leaving malloc untouched. No
+  sets the value used at import, ``none`` leaving malloc untouched (as
+  glibc's own ``MALLOC_*_`` variables or ``glibc.malloc`` tunables do). No
   effect where the C library is not glibc. See ``ember/_heap.py``.
 """
 

@@ -19,6 +19,9 @@ bytes of freed memory stay in the process instead of going back to the
 system. ``None`` sets glibc's static defaults (128 KiB each) back; glibc's
 dynamic threshold stays off once it has been set, so to keep glibc's policy
 exactly set ``EMBER_MALLOC_TRIM_THRESHOLD=none`` before importing ember.
+Where malloc was tuned through the environment (``MALLOC_TRIM_THRESHOLD_``
+and the like, or ``glibc.malloc`` tunables in ``GLIBC_TUNABLES``), ember
+leaves it as it is unless ``EMBER_MALLOC_TRIM_THRESHOLD`` asks otherwise.
 Other C libraries (musl, macOS, Windows): nothing is changed.
 """
 
@@ -58,11 +61,19 @@ def _glibc_mallopt():
     return _mallopt or None
 
 
+#: glibc's own malloc settings from the environment: a user who set one has tuned malloc
+_GLIBC_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+
+
 def initial_trim_threshold() -> int | None:
-    """The value to apply at import: ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or 'none'),
-    else the default."""
+    """The value to apply at import: ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or 'none'); else
+    None when glibc's malloc was tuned through the environment (``MALLOC_*_`` variables,
+    ``glibc.malloc`` tunables), which ember then leaves as set; else the default."""
     value = os.environ.get(ENV)
     if value is None or not value.strip():
+        if any(k in os.environ for k in _GLIBC_ENV) or "glibc.malloc." in os.environ.get(
+                "GLIBC_TUNABLES", ""):
+            return None
         return DEFAULT_TRIM_THRESHOLD
     if value.strip().lower() == "none":
         return None
