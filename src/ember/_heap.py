@@ -27,7 +27,6 @@ Other C libraries (musl, macOS, Windows): nothing is changed.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 
@@ -55,8 +54,10 @@ def _glibc_mallopt():
         _mallopt = False
         if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
             try:
+                import ctypes
+
                 _mallopt = ctypes.CDLL(None).mallopt
-            except (OSError, AttributeError):  # pragma: no cover - a static or odd build
+            except (ImportError, OSError, AttributeError):  # pragma: no cover - no ctypes, odd build
                 pass
     return _mallopt or None
 
