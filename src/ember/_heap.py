@@ -14,7 +14,7 @@ memory for reuse, as the caching allocators of GPU libraries do.
 from the heap; larger ones are still mapped and unmapped on their own,
 because NumPy asks the kernel for huge pages for them and only a fresh
 mapping gets those (from the heap, a Conv2d step with 4-8 MiB im2col
-buffers ran about 1.3x slower than mapped). The price: up to that many
+buffers took 1.11-1.23x PyTorch's time, mapped 0.61-0.63x). The price: up to that many
 bytes of freed memory stay in the process instead of going back to the
 system. ``None`` sets glibc's static defaults (128 KiB each) back; glibc's
 dynamic threshold stays off once it has been set, so to keep glibc's policy
