@@ -158,6 +158,30 @@ def test_linear_matches_its_composition_in_value_and_gradients(lib, act, bias):
     assert type(raw) is np.ndarray and raw.shape == (2, 4)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_relu_second_order_matches_its_composition(bias):
+    """Under an outer trace the fused VJP runs on wrapper tensors (its ReLU mask check on the
+    bias gradient included) and is itself differentiated: equal to the composition's."""
+    rng = np.random.default_rng(4)
+    x, w, b, v = (xp.asarray(rng.standard_normal(s)) for s in ((5, 3), (4, 3), (4,), (5, 4)))
+    b = b if bias else None
+
+    def outer(fused):
+        def f(p):  # sin'(0) = 1: the cotangent is not 0 where the ReLU is off, so the mask matters
+            h = nn.linear(x, p[0], p[1], activation=nn.relu) if fused else _composed(x, *p, nn.relu)
+            return xp.sum(xp.sin(h) * v)
+
+        def sq(p):
+            return sum(xp.sum(g**2) for g in ember.grad(f)(p) if g is not None)
+
+        return ember.grad(sq)([w, b])
+
+    for got, want in zip(outer(True), outer(False)):
+        assert (got is None) == (want is None) == (not bias and got is None)
+        if got is not None:
+            np.testing.assert_allclose(got.raw, want.raw, rtol=1e-12)
+
+
 def test_linear_fuses_and_keeps_dtypes():
     x32, w64 = xp.ones((2, 3), dtype=xp.float32), xp.ones((4, 3), dtype=xp.float64)
     gx, gw = ember.grad(lambda x, w: xp.sum(nn.linear(x, w, activation=nn.relu)), argnums=(0, 1))(x32, w64)
