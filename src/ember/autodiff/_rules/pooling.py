@@ -39,8 +39,12 @@ def _max_pool_tiles_vjp(ns, g, ans, x, *, kernel):
     product = getattr(ns, "_mask_product", None) if exact else None
     views = tile_views(x.ndim, kernel)
     # raw arrays of a backend that writes in place (the first-order pass): each share goes
-    # straight into its strided view of one zero array; otherwise interleave the shares
-    out = ns.zeros_like(x) if getattr(ns, "_writes", False) and product is not None else None
+    # straight into its strided view of one array; otherwise interleave the shares. Views
+    # that tile x write every element once, so the array needs no zeros first
+    out = None
+    if getattr(ns, "_writes", False) and product is not None:
+        tiled = all(n % k == 0 for n, k in zip(x.shape[x.ndim - len(kernel):], kernel))
+        out = ns.empty_like(x) if tiled else ns.zeros_like(x)
     parts, taken = [], None
     for i, idx in enumerate(views):
         eq = x[idx] == ans
