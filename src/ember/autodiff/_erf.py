@@ -16,6 +16,7 @@ from typing import Any
 _ERF_L = 4.0
 _ERF_N = 48
 
+
 def _erf_coefficients() -> list[float]:
     n = _ERF_N
     nodes = [math.cos(math.pi * (k + 0.5) / n) for k in range(n)]

@@ -9,6 +9,7 @@ unstack, broadcast_arrays, diff) and the backend's own function otherwise.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from ._tensor import Tensor, raw_value
@@ -180,14 +181,12 @@ def build(d) -> dict:
         total = -rsum(terms)
         if reduction == "sum":
             return total
-        shape, rows = terms.shape, None
+        shape = terms.shape
         if -len(shape) <= axis < len(shape):  # else the per-row sum raises the axis error
-            rows = 1
-            for i, n in enumerate(shape):
-                if i != axis % len(shape):
-                    rows = rows * n if isinstance(n, int) and isinstance(rows, int) else None
-        if rows:  # known and not 0 (no rows: the mean's own NaN and warning)
-            return total / rows
+            others = [n for i, n in enumerate(shape) if i != axis % len(shape)]
+            # sizes known and rows there (none: the mean's own NaN and warning, below)
+            if all(isinstance(n, int) for n in others) and math.prod(others):
+                return total / math.prod(others)
         return rmean(-rsum(terms, axis=axis))
 
     def softmax_cross_entropy_impl(z, t, axis, reduction="none"):
