@@ -28,7 +28,6 @@ Other C libraries (musl, macOS, Windows): nothing is changed.
 from __future__ import annotations
 
 import os
-import platform
 
 #: glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -52,7 +51,11 @@ def _glibc_mallopt():
     global _mallopt
     if _mallopt is None:
         _mallopt = False
-        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        try:  # the C library this process runs on (platform.libc_ver reads the executable)
+            glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+        except (AttributeError, ValueError, OSError):  # no confstr, or not a GNU C library
+            glibc = False
+        if glibc:
             try:
                 import ctypes
 
