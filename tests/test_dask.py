@@ -205,6 +205,51 @@ def test_unknown_sizes_in_gradient_give_clear_error():
         ember.grad(lambda x: xd.sum(xd.reshape(x[x > 0.0], (-1,)) ** 2))(x)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_gradient_with_unknown_row_count(reduction):
+    # rows picked by a boolean mask: Dask knows their number only after computing (NaN);
+    # the mean's gradient counts them lazily instead of dividing by NaN
+    rng = np.random.default_rng(0)
+    z, t = rng.standard_normal((6, 3)), np.eye(3)[[0, 1, 2, 0, 1, 2]]
+    keep = np.array([1, 0, 1, 1, 0, 1], bool)  # every chunk keeps a row (Dask's max needs one)
+    mask = da.from_array(keep, chunks=3)
+    zd = xd.asarray(da.from_array(z, chunks=3)[mask])
+    td = xd.asarray(da.from_array(t, chunks=3)[mask])
+    assert zd.shape[0] != zd.shape[0]  # NaN
+
+    def loss(ns, targets):
+        return lambda z: ns.sum(ember.nn.cross_entropy(z, targets, reduction=reduction))
+
+    value, g = ember.value_and_grad(loss(xd, td))(zd)
+    want_value, want = ember.value_and_grad(loss(xn, xn.asarray(t[keep])))(xn.asarray(z[keep]))
+    np.testing.assert_allclose(float(ember.compute(value).raw), float(want_value))
+    np.testing.assert_allclose(ember.compute(g).raw, want.raw, rtol=1e-12)
+
+
+_REDUCTIONS_OF_UNKNOWN_ROWS = {
+    "sum": lambda ns, x: ns.sum(ns.sin(x)),
+    "sum over rows": lambda ns, x: ns.sum(ns.sum(x, axis=1) ** 2),
+    "mean": lambda ns, x: ns.mean(x * x),
+    "mean over rows": lambda ns, x: ns.sum(ns.sin(ns.mean(x, axis=1))),
+    "mean over columns": lambda ns, x: ns.sum(ns.mean(x * x, axis=0)),
+    "var": lambda ns, x: ns.sum(ns.var(x, axis=0, correction=1)),
+    "std": lambda ns, x: ns.std(x),
+}
+
+
+@pytest.mark.parametrize("name", list(_REDUCTIONS_OF_UNKNOWN_ROWS))
+def test_reduction_gradients_with_unknown_row_count(name):
+    # counts and broadcasts are lazy where Dask reports NaN sizes: no NaN gradient, no
+    # failure at compute time
+    f = _REDUCTIONS_OF_UNKNOWN_ROWS[name]
+    x = np.random.default_rng(1).standard_normal((6, 4))
+    keep = np.array([1, 0, 1, 1, 0, 1], bool)
+    xd_ = xd.asarray(da.from_array(x, chunks=3)[da.from_array(keep, chunks=3)])
+    g = ember.compute(ember.grad(lambda v: f(xd, v))(xd_)).raw
+    want = ember.grad(lambda v: f(xn, v))(xn.asarray(x[keep])).raw
+    np.testing.assert_allclose(g, want, rtol=1e-12)
+
+
 # --------------------------------------------------------------------------- Dataset
 def test_dataset_order_sequential_and_shuffled():
     n = 23

@@ -22,6 +22,7 @@ from .. import tree as _tree
 from .._errors import NotDifferentiableError
 from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import share as _share
+from ..autodiff._rules._util import shapes_fit
 from ..autodiff._tensor import raw_value
 from ..autodiff._trace import Trace, backward, make_node, quiet_gc
 
@@ -166,7 +167,7 @@ def _ones_like(value):
 
 def _fit_leaf(g, x):
     ns = type(x)._ns
-    if g.shape != x.shape:
+    if g.shape != x.shape and not shapes_fit(g.shape, x.shape):  # (NaN-sized: fits)
         g = ns.broadcast_to(g, x.shape)
     if g.dtype != x.dtype:
         g = ns.astype(g, x.dtype)

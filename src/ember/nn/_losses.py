@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..autodiff._rules._util import shapes_fit
 from ._activations import log_softmax
 from ._util import namespace
 
@@ -65,12 +66,13 @@ def cross_entropy(
     ax = axis % len(lshape)
     ncls = lshape[ax]
     fused = getattr(xp, "_softmax_cross_entropy", None)  # ember namespaces: one primitive
-    if tshape == lshape and targets.dtype == logits.dtype:  # probabilities (the fast case)
+    if targets.dtype == logits.dtype and (tshape == lshape or shapes_fit(tshape, lshape)):
+        # probabilities (the fast case)
         onehot = targets
     else:
         integral = xp.isdtype(targets.dtype, "integral")  # class indices
         ishape = lshape[:ax] + lshape[ax + 1:]
-        if tshape != (ishape if integral else lshape):
+        if not shapes_fit(tshape, ishape if integral else lshape):
             raise ValueError(BAD_TARGET.format(tshape=tshape, tdtype=targets.dtype, lshape=lshape,
                                                ishape=ishape))
         if integral:

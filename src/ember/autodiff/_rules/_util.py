@@ -3,6 +3,8 @@ and conjugate where an input is complex (PyTorch's convention, see ``elementwise
 
 from __future__ import annotations
 
+import math
+
 def is_complex(ns, x) -> bool:
     """Whether ``x`` (an array, Tensor or Python scalar) is complex.
 
@@ -25,6 +27,14 @@ def cj(ns, d):
     if c is complex:
         return d.conjugate()
     return ns.conj(d) if is_complex(ns, d) else d
+
+
+def shapes_fit(a, b) -> bool:
+    """Whether shapes ``a`` and ``b`` can be the same: equal ranks, and equal sizes wherever
+    both are known (Dask reports a size it computes later as NaN, which is not NaN; the
+    standard reports None)."""
+    return len(a) == len(b) and all(m == n or m.__class__ is not int or n.__class__ is not int
+                                    for m, n in zip(a, b))
 
 
 def fit(ns, g, x):
@@ -50,7 +60,7 @@ def fit(ns, g, x):
                 g = ns.reshape(ns.sum(g, axis=tuple(range(lead)) + ones, keepdims=True), shape)
             elif lead:  # leading axes only, but sizes a backend reports unknown (dask: NaN)
                 g = ns.sum(g, axis=tuple(range(lead)))
-            else:
+            elif not shapes_fit(gshape, shape):
                 g = ns.reshape(g, shape)
     gd = g.dtype
     if gd is not x.dtype and gd != x.dtype:  # builtin dtypes are singletons: `is` decides
@@ -121,8 +131,32 @@ def expand_reduced(ns, g, x, axis, keepdims):
     A 0-d cotangent (a full reduction) broadcasts against anything as it is.
     """
     if not keepdims and x.ndim and g.ndim:
+        axes = norm_axes(axis, x.ndim)
+        if not known(x.shape):  # sizes the backend computes later cannot reshape: new axes
+            return g[tuple(None if i in axes else slice(None) for i in range(x.ndim))]
         shape = list(x.shape)
-        for a in norm_axes(axis, x.ndim):
+        for a in axes:
             shape[a] = 1
         g = ns.reshape(g, tuple(shape))
     return g
+
+
+def known(shape) -> bool:
+    """Whether every size in ``shape`` is known (Dask reports one it computes later as NaN)."""
+    return all(n.__class__ is int for n in shape)
+
+
+def count(ns, x, axis):
+    """How many elements of ``x`` a reduction over ``axis`` takes into each result: an int,
+    or, where sizes are unknown, a lazy array of the result's shape with kept dims (the
+    backend counts them when it computes, as it does for the forward's mean)."""
+    axes = norm_axes(axis, x.ndim)
+    sizes = [x.shape[a] for a in axes]
+    if known(sizes):
+        return math.prod(sizes)
+    return ns.sum(ns.ones_like(x), axis=axes, keepdims=True)
+
+
+def broadcast_like(ns, g, x):
+    """``g`` broadcast to ``x``'s shape; by a product with ones where sizes are unknown."""
+    return ns.broadcast_to(g, x.shape) if known(x.shape) else g * ns.ones_like(x)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from ._base import defvjp
-from ._util import cj, expand_reduced, norm_axes
+from ._util import broadcast_like, cj, count, expand_reduced, norm_axes
 
 
 def _count(x, axis):
@@ -24,14 +24,14 @@ def _count(x, axis):
 
 
 def _sum(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
-    g = expand_reduced(ns, g, x, axis, keepdims)
-    return ns.astype(ns.broadcast_to(g, x.shape), x.dtype) if g.dtype != x.dtype else ns.broadcast_to(g, x.shape)
+    g = broadcast_like(ns, expand_reduced(ns, g, x, axis, keepdims), x)
+    return ns.astype(g, x.dtype) if g.dtype != x.dtype else g
 
 
 def _mean(ns, g, ans, x, *, axis=None, keepdims=False):
     g = expand_reduced(ns, g, x, axis, keepdims)
-    n = _count(x, axis)
-    return ns.broadcast_to(g / n if n else g * math.nan, x.shape)
+    n = count(ns, x, axis)
+    return broadcast_like(ns, g / n if n.__class__ is not int or n else g * math.nan, x)
 
 
 def _extremum(ns, g, ans, x, *, axis=None, keepdims=False):
@@ -43,20 +43,21 @@ def _extremum(ns, g, ans, x, *, axis=None, keepdims=False):
 
 def _var_core(ns, x, axis, correction):
     axes = norm_axes(axis, x.ndim)
-    return x - ns.mean(x, axis=axes, keepdims=True), _count(x, axis) - correction
+    n = count(ns, x, axis) - correction  # an array where sizes are unknown (see count)
+    return x - ns.mean(x, axis=axes, keepdims=True), float(n) if isinstance(n, (int, float)) else n
 
 
 def _var(ns, g, ans, x, *, axis=None, correction=0.0, keepdims=False):
     g = expand_reduced(ns, g, x, axis, keepdims)
     dev, n = _var_core(ns, x, axis, correction)
-    return g * dev * 2.0 / float(n)
+    return g * dev * 2.0 / n
 
 
 def _std(ns, g, ans, x, *, axis=None, correction=0.0, keepdims=False):
     g = expand_reduced(ns, g, x, axis, keepdims)
     a = expand_reduced(ns, ans, x, axis, keepdims)
     dev, n = _var_core(ns, x, axis, correction)
-    return g * dev / (float(n) * a)
+    return g * dev / (n * a)
 
 
 def _prod(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
