@@ -109,6 +109,20 @@ def sgd_step(
     return step
 
 
+def ember_optim_step(ember: Any, value_and_grad: Callable[[Any], tuple[Any, Any]], params: Params,
+                     lr: float) -> Step:
+    """``ember.optim.SGD(lr)`` over ``params``, handed the gradients' buffers (``consume``)."""
+    opt = ember.optim.SGD(lr)
+    state = {"p": dict(params), "s": opt.init(params)}
+
+    def step() -> Any:
+        val, g = value_and_grad(state["p"])
+        state["p"], state["s"] = opt.update(state["p"], ember.consume(g), state["s"])
+        return val
+
+    return step
+
+
 def ember_model_step(ember: Any, loss: Callable[[Any], Any], model: Any, lr: float) -> Step:
     """ember step over a pytree of modules: ``value_and_grad``, ``ember.tree.map`` update.
 

@@ -12,6 +12,9 @@ Parameters are carried from step to step.  Implementations:
 - ``ember``          ``ember.value_and_grad`` over a dict of params, plain arithmetic
                      update; ``ember.nn.linear`` (ReLU fused, weights ``(out, in)`` as in
                      ``nn.Linear``) and ``ember.nn.cross_entropy``
+- ``ember-optim``    ``ember``'s loss, updated by ``ember.optim.SGD`` with consumed gradients
+                     (``opt.update(p, ember.consume(g), state)``: the new parameters go into the
+                     gradients' buffers)
 - ``ember-generic``  the same with every layer and the loss written in plain array-API ops
                      (``matmul``, ``+``, ``maximum``, ``max``, ``exp``, ``sum``, ``log``):
                      what composition costs
@@ -114,7 +117,7 @@ def out_in(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.ascontiguousarray(v.T) if k[0] == "W" else v for k, v in params.items()}
 
 
-def setup_ember(dtype: Any, generic: bool = False) -> Callable[[], Any]:
+def setup_ember(dtype: Any, generic: bool = False, optimizer: bool = False) -> Callable[[], Any]:
     ember, xp = import_ember()
     with peers.ember_ready():
         params, x, y = make_problem(dtype)
@@ -130,7 +133,8 @@ def setup_ember(dtype: Any, generic: bool = False) -> Callable[[], Any]:
                 return nn.cross_entropy(nn.linear(h, p["W3"], p["b3"]), yt)
 
             vg, params = ember.value_and_grad(loss), out_in(params)
-        step = peers.sgd_step(vg, {k: xp.asarray(v) for k, v in params.items()}, LR)
+        params = {k: xp.asarray(v) for k, v in params.items()}
+        step = peers.ember_optim_step(ember, vg, params, LR) if optimizer else peers.sgd_step(vg, params, LR)
         step()
     return step
 
@@ -177,6 +181,7 @@ def workloads() -> list[Workload]:
         {
             "numpy": setup_numpy,
             "ember": setup_ember,
+            "ember-optim": functools.partial(setup_ember, optimizer=True),
             "ember-generic": functools.partial(setup_ember, generic=True),
             "torch": setup_torch,
             "autograd": setup_autograd,
@@ -186,7 +191,7 @@ def workloads() -> list[Workload]:
         f"MLP {'-'.join(map(str, SIZES))} ReLU, batch {BATCH}, SGD step, {{dtype}}",
         unit="ms/step",
         reference="numpy",
-        ratios=[("ember", "numpy"), ("ember", "torch"), ("ember-generic", "numpy")],
+        ratios=[("ember", "numpy"), ("ember", "torch"), ("ember-optim", "numpy"), ("ember-generic", "numpy")],
         # the point is a few percent, and a shared machine drifts by more within seconds: with 7
         # rounds the float64 ratio ranged 1.01-1.13x over three runs, with 25 (and the
         # reference next to ember in every round) 1.08x twice, as 201 paired rounds gave

@@ -202,6 +202,104 @@ def test_ember_tensors_and_ember_grad():
     assert float(loss(params).raw) < 0.8 * first
 
 
+def _fresh_grads(xp, shapes, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return {k: xp.asarray(rng.standard_normal(n).astype(dtype)) * 1.0 for k, n in shapes.items()}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_sgd_writes_new_params_into_consumed_grads(dtype, wd):
+    # update(params, consume(grads)): the same bits as the plain update, the new parameters in
+    # the gradients' buffers, and the consumed gradients dead
+    xp = pytest.importorskip("ember.autodiff.numpy")
+    shapes = {"w": (3, 4), "b": (4,), "s": ()}
+    opt = optim.SGD(0.1, weight_decay=wd)
+    params = {k: xp.asarray(v, copy=True) for k, v in _fresh_grads(xp, shapes, dtype, 0).items()}
+    state = want_state = opt.init(params)
+    want = params
+    for step in range(3):
+        grads = _fresh_grads(xp, shapes, dtype, step + 1)
+        want, want_state = opt.update(want, grads, want_state)
+        grads = _fresh_grads(xp, shapes, dtype, step + 1)
+        buffers = {k: g.raw.__array_interface__["data"][0] for k, g in grads.items()}
+        params, state = opt.update(params, ember.consume(grads), state)
+        for k in shapes:
+            assert params[k].raw.dtype == dtype
+            np.testing.assert_array_equal(params[k].raw, want[k].raw)
+            assert params[k].raw.__array_interface__["data"][0] == buffers[k]
+        assert state == {"step": step + 1, "params": {k: {"step": step + 1} for k in shapes}}
+        with pytest.raises(ember.ConsumedError, match="consumed at .*test_optim.py"):
+            grads["w"] + 1.0
+
+
+def test_consumed_grads_update_allocates_no_parameter_buffer():
+    # the point of consuming: no new parameter-sized buffer (NumPy reports to tracemalloc)
+    import tracemalloc
+
+    xp = pytest.importorskip("ember.autodiff.numpy")
+    opt = optim.SGD(0.1)
+    params = {"w": xp.asarray(np.ones((512, 512)), copy=True)}  # 2 MiB
+    state = opt.init(params)
+    for consumed, most in ((False, 2 << 20), (True, 64 << 10)):
+        grads = {"w": xp.ones((512, 512)) * 0.5}
+        tracemalloc.start()
+        try:
+            params, state = opt.update(params, ember.consume(grads) if consumed else grads, state)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert (peak < most) if consumed else (peak >= most), (consumed, peak)
+
+
+def test_consumed_grads_that_cannot_be_written_fall_back_safely():
+    xp = pytest.importorskip("ember.autodiff.numpy")
+    src = np.full(3, 2.0)
+    params = {"a": xp.asarray(np.ones(3), copy=True), "b": xp.asarray(np.ones(3), copy=True),
+              "c": xp.asarray(np.ones(3), copy=True)}
+    grads = {"a": xp.asarray(src), "b": xp.ones(3) * 2.0, "c": xp.ones(3) * 2.0}  # a: borrowed
+    handle = grads["b"].share()  # b: a second handle sees the buffer
+    opt = optim.SGD(0.5)
+    new, _ = opt.update(params, ember.consume(grads), opt.init(params))
+    for k in "abc":
+        np.testing.assert_array_equal(new[k].raw, np.zeros(3))
+    np.testing.assert_array_equal(src, np.full(3, 2.0))  # the caller's array is untouched
+    np.testing.assert_array_equal(handle.raw, np.full(3, 2.0))
+    # one cotangent array for two leaves (backward hands an add's g to both): written once
+    both = {"a": xp.asarray(np.ones(3), copy=True), "b": xp.asarray(np.full(3, 2.0), copy=True)}
+    _, g = ember.value_and_grad(lambda p: xp.sum(p["a"] + p["b"]))(both)
+    assert g["a"].raw is g["b"].raw
+    new, _ = opt.update(both, ember.consume(g), opt.init(both))
+    assert new["a"].raw.tolist() == [0.5] * 3 and new["b"].raw.tolist() == [1.5] * 3
+    grads = {"b": xp.ones(3) * 2.0}
+    keep = grads["b"].share()
+    with pytest.raises(ember.ReuseError, match=r"SGD.update: could not reuse .*other reference"):
+        opt.update({"b": params["b"]}, ember.consume(grads, strict=True), opt.init({"b": params["b"]}))
+    del keep
+
+
+@pytest.mark.parametrize("make", [
+    lambda: optim.SGD(0.1, momentum=0.9), lambda: optim.Adam(0.1), lambda: optim.SGD(0.1, clip_norm=0.5),
+])
+def test_consumed_grads_give_the_plain_update_for_every_optimizer(make):
+    # optimizers without an in-place form (momentum keeps g as its buffer) read them as values;
+    # a state the caller keeps is never written
+    xp = pytest.importorskip("ember.autodiff.numpy")
+    shapes = {"w": (2, 3), "b": (3,)}
+    opt = make()
+    params = {k: xp.asarray(v, copy=True) for k, v in _fresh_grads(xp, shapes, "float64", 0).items()}
+    state = old = opt.init(params)
+    want, want_state = params, state
+    for step in range(3):
+        want, want_state = opt.update(want, _fresh_grads(xp, shapes, "float64", step + 1), want_state)
+        kept = tree.map(lambda a: np.array(a.raw, copy=True) if hasattr(a, "raw") else a, state)
+        old = state
+        params, state = opt.update(params, ember.consume(_fresh_grads(xp, shapes, "float64", step + 1)), state)
+        tree.map(lambda a, b: np.testing.assert_array_equal(getattr(a, "raw", a), b), old, kept)
+        for k in shapes:
+            np.testing.assert_allclose(params[k].raw, want[k].raw, rtol=1e-15)
+
+
 def test_dask_state_stays_lazy_and_matches_numpy():
     da = pytest.importorskip("dask.array")
     to = lambda t: tree.map(lambda a: da.from_array(a, chunks=2), t)  # noqa: E731

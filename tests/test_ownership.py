@@ -206,6 +206,22 @@ def test_consume_of_a_raw_array_is_a_type_error_with_the_fix():
         consume(np.ones(3))
 
 
+def test_consume_of_a_structure_consumes_its_tensors():
+    raw = np.ones(2)
+    tree = {"w": xp.ones(3) * 2.0, "layers": [xp.ones(2) * 3.0, raw], "n": 4}
+    w = tree["w"]
+    out = consume(tree)
+    assert type(out) is dict and out["n"] == 4 and out["layers"][1] is raw  # other leaves stay
+    assert all(type(m) is own.Owned for m in (out["w"], out["layers"][0]))
+    with pytest.raises(ConsumedError, match=r"consumed at .*test_ownership.py"):
+        w + 1.0
+    assert (xp.sin(out["w"]).raw == np.sin(2.0)).all()
+    with pytest.raises(ConsumedError, match="already consumed"):
+        consume({"again": w})
+    with pytest.raises(TypeError, match="copy=True"):  # nothing to consume in it
+        consume({"a": np.ones(3), "b": 1.0})
+
+
 def test_strict_failure_at_consume_leaves_x_alive():
     x = xp.asarray(np.ones(3))  # borrowed
     with pytest.raises(ReuseError, match="borrowed"):

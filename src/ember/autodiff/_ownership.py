@@ -306,6 +306,11 @@ def consume(x, strict: bool = False, *, _depth: int = 1):
     the call x is dead: any use raises :class:`ember.ConsumedError`.
     ``strict=True`` raises :class:`ember.ReuseError` instead of allocating.
 
+    A structure (dict, list, tuple, dataclass module...) is consumed leaf by
+    leaf: its Tensors become markers, other leaves stay as they are. That is
+    how an optimizer receives gradients it may write the new parameters into:
+    ``opt.update(params, ember.consume(grads), state)``.
+
     >>> import ember, ember.autodiff.numpy as xp
     >>> y = xp.ones(3) * 2.0
     >>> y = xp.sin(ember.consume(y))   # written into y's old buffer
@@ -316,6 +321,14 @@ def consume(x, strict: bool = False, *, _depth: int = 1):
     if c is Owned:
         raise ConsumedError(CONSUMED_TWICE.format(where=x._where))
     if not isinstance(x, Tensor):
+        from .. import tree as _tree
+
+        leaves, td = _tree.flatten(x)
+        if any(isinstance(a, Tensor) for a in leaves):  # a structure holding Tensors
+            out = []
+            for a in leaves:  # (a loop, not a comprehension: _depth counts frames)
+                out.append(consume(a, strict, _depth=_depth + 1) if isinstance(a, Tensor) else a)
+            return td.unflatten(out)
         raise TypeError(NOT_A_TENSOR.format(op="consume", kind=type(x).__module__.split(".")[0] + "." + type(x).__name__))
     where = _where(_depth)
     mod = c._ns
@@ -389,6 +402,51 @@ def claim(d, op, m):
     g.op = op
     d._claims.append((t, m, tracked or node is not None))
     return t
+
+
+class Into:
+    """A consumed buffer an op may write its result into (from :func:`take_buffer`).
+
+    ``into(name, *args)`` runs the backend's elementwise ufunc ``name`` with
+    ``out=`` the buffer (Tensors are unwrapped; the buffer itself may be an
+    argument); ``into.result()`` is the Tensor holding the buffer afterwards.
+    """
+
+    __slots__ = ("_d", "array")
+
+    def __init__(self, d, array):
+        self._d, self.array = d, array
+
+    def __call__(self, name, *args):
+        f = _ufunc(self._d, name)
+        f(*[raw_value(a) if isinstance(a, Tensor) else a for a in args], out=self.array)
+
+    def result(self):
+        return self._d.make(self.array, None)
+
+
+def take_buffer(m, op, like):
+    """Spend marker ``m`` on ``op``, which computes a result of ``like``'s shape and dtype
+    (a Tensor of ``m``'s namespace) itself: ``(t, into)``, with ``t`` a Tensor of the value
+    and ``into`` an :class:`Into` on its buffer when ``op`` may write the result there, else
+    None (``strict`` markers raise :class:`ember.ReuseError` naming the reason instead)."""
+    d = m._mod._dispatch
+    t = claim(d, op, m)
+    tracked = d._claims.pop()[2]
+    why, info = ("tracked" if tracked else _static_reason(d, t)), {}
+    if why is None:
+        extra = _extra_refs(t)
+        if extra > 0:
+            why, info = "shared", {"extra": extra}
+    r, w = t._value, raw_value(like)
+    if why is None and (r.dtype != w.dtype or tuple(r.shape) != tuple(w.shape)):
+        why = "dtype" if r.dtype != w.dtype else "shape"
+        info = {"shape": tuple(w.shape), "xshape": tuple(r.shape), "dtype": w.dtype, "xdtype": r.dtype}
+    if why is not None:
+        if m._strict:
+            raise ReuseError(_reuse_message(why, op, m._where, **_extras(d, why, info)))
+        return t, None
+    return t, Into(d, r)
 
 
 def as_operand(m, op):

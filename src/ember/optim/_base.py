@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
 
 from .. import tree as _tree
+from ..autodiff._ownership import Owned, as_operand, take_buffer
 from .._errors import DTypeError, ShapeError, StructureError
 from . import policies as _policies
 from ._patterns import Pattern, kind, matcher, namespace
@@ -201,6 +202,14 @@ class PathOptimizer:
     ) -> tuple[Any, dict[str, Any]]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _apply_into(
+        self, into: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """``_apply`` with the new parameter written into the consumed gradient's buffer
+        (``into``, see :func:`ember.consume`; ``g`` reads the same memory), or None where
+        the subclass has no such form for ``hp`` (then ``_apply`` runs and allocates)."""
+        return None
+
     # ------------------------------------------------------------ structure
     def _group_hparams(self, step: int) -> list[dict[str, Any]]:
         """Hyperparameters of each group with ``lr`` evaluated at ``step``."""
@@ -279,6 +288,10 @@ class PathOptimizer:
     def update(self, params: Any, grads: Any, state: State) -> tuple[Any, State]:
         """One optimization step: ``(params, state) -> (new params, new state)``; pure.
 
+        ``grads`` may be ``ember.consume(grads)``: an optimizer with an in-place
+        form (``SGD`` without momentum) then writes the new parameters into the
+        gradients' buffers where :func:`ember.consume`'s rules allow.
+
         Parameters without state follow ``on_new``, state without parameter
         ``on_missing``; state that no longer fits its parameter (shape, dtype
         or slots changed) is re-initialised under ``on_new="init"`` (unless
@@ -308,18 +321,27 @@ class PathOptimizer:
             )
 
         grad_list = self._grads(op, grads, td, plan)
-        if self.clip_norm is not None:
+        if self.clip_norm is not None:  # (consumed gradients are read twice: plain values)
+            grad_list = [as_operand(g, op) if g.__class__ is Owned else g for g in grad_list]
             grad_list, _ = clip_by_global_norm(grad_list, self.clip_norm)
 
         new_leaves = list(leaves)
         new_states = dict(pstates)
         for (i, pth, gi), g in zip(plan.trainable, grad_list):
             p = leaves[i]
+            into = None
+            if g.__class__ is Owned:  # consume(grads): the new value may go into g's buffer
+                if p.__class__ is g._mod._Tensor and p._node is None:
+                    g, into = take_buffer(g, op, p)
+                else:
+                    g = as_operand(g, op)
             if g.shape != p.shape:
                 raise ShapeError(GRAD_SHAPE.format(op=op, path=pth, gshape=tuple(g.shape), pshape=tuple(p.shape)))
             s = pstates[pth]
             t = s["step"] + 1
-            new_p, new_slots = self._apply(namespace(p), p, g, {k: s[k] for k in slots[gi]}, hps[gi], t)
+            sl = {k: s[k] for k in slots[gi]}
+            done = None if into is None else self._apply_into(into, p, g, sl, hps[gi], t)
+            new_p, new_slots = done if done is not None else self._apply(namespace(p), p, g, sl, hps[gi], t)
             new_leaves[i] = new_p
             new_slots["step"] = t
             new_states[pth] = new_slots

@@ -76,3 +76,14 @@ class SGD(PathOptimizer):
         b = g if t == 1 else s["momentum"] * mu + (1 - hp["dampening"]) * g
         d = g + mu * b if hp["nesterov"] else b
         return p - lr * d, {"momentum": b}
+
+    def _apply_into(self, into: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int):
+        # without momentum: p - lr * (g + wd * p) as (g + wd * p) * -lr + p, the same bits,
+        # written into g's buffer (momentum keeps g as its buffer: the plain form)
+        if hp["momentum"] != 0:
+            return None
+        if hp["weight_decay"] != 0:
+            into("add", g, hp["weight_decay"] * p)
+        into("multiply", g, -hp["lr"])
+        into("add", g, p)
+        return into.result(), {}
