@@ -315,22 +315,23 @@ def consume(x, strict: bool = False, *, _depth: int = 1):
     >>> y = xp.ones(3) * 2.0
     >>> y = xp.sin(ember.consume(y))   # written into y's old buffer
     """
+    if isinstance(x, Tensor):
+        return _consume(x, strict, _where(_depth))
+    from .. import tree as _tree
+
+    leaves, td = _tree.flatten(x)
+    if not any(isinstance(a, Tensor) for a in leaves):
+        raise TypeError(NOT_A_TENSOR.format(op="consume", kind=type(x).__module__.split(".")[0] + "." + type(x).__name__))
+    where = _where(_depth)  # a structure: its Tensors, consumed at this one line
+    return td.unflatten([_consume(a, strict, where) if isinstance(a, Tensor) else a for a in leaves])
+
+
+def _consume(x, strict, where):
     c = x.__class__
     if c is Dead:
         raise ConsumedError(CONSUMED_TWICE.format(where=_grave(x).where))
     if c is Owned:
         raise ConsumedError(CONSUMED_TWICE.format(where=x._where))
-    if not isinstance(x, Tensor):
-        from .. import tree as _tree
-
-        leaves, td = _tree.flatten(x)
-        if any(isinstance(a, Tensor) for a in leaves):  # a structure holding Tensors
-            out = []
-            for a in leaves:  # (a loop, not a comprehension: _depth counts frames)
-                out.append(consume(a, strict, _depth=_depth + 1) if isinstance(a, Tensor) else a)
-            return td.unflatten(out)
-        raise TypeError(NOT_A_TENSOR.format(op="consume", kind=type(x).__module__.split(".")[0] + "." + type(x).__name__))
-    where = _where(_depth)
     mod = c._ns
     if strict:  # static conditions fail early, at the consume line, leaving x alive
         reason = _static_reason(mod._dispatch, x)
@@ -407,39 +408,54 @@ def claim(d, op, m):
 class Into:
     """A consumed buffer an op may write its result into (from :func:`take_buffer`).
 
-    ``into(name, *args)`` runs the backend's elementwise ufunc ``name`` with
-    ``out=`` the buffer (Tensors are unwrapped; the buffer itself may be an
-    argument); ``into.result()`` is the Tensor holding the buffer afterwards.
+    ``into(name, a, b)`` runs the backend's binary ufunc ``name`` on Tensors
+    of the namespace or scalars with ``out=`` the buffer (which may be one of
+    them); ``into.result()`` is the Tensor holding the buffer afterwards.
     """
 
-    __slots__ = ("_d", "array")
+    __slots__ = ("_d", "_T", "_fs", "array")
 
     def __init__(self, d, array):
-        self._d, self.array = d, array
+        self._d, self._T, self.array = d, d.T, array
+        fs = _INTO_UFUNCS.get(d)
+        if fs is None:
+            fs = _INTO_UFUNCS[d] = {}
+        self._fs = fs
 
-    def __call__(self, name, *args):
-        f = _ufunc(self._d, name)
-        f(*[raw_value(a) if isinstance(a, Tensor) else a for a in args], out=self.array)
+    def __call__(self, name, a, b):
+        f = self._fs.get(name)
+        if f is None:
+            f = self._fs[name] = _ufunc(self._d, name)
+        T = self._T
+        f(a._value if a.__class__ is T else a, b._value if b.__class__ is T else b, out=self.array)
 
     def result(self):
         return self._d.make(self.array, None)
 
 
+_INTO_UFUNCS: dict = {}  # dispatcher -> {name: ufunc}
+
+
 def take_buffer(m, op, like):
     """Spend marker ``m`` on ``op``, which computes a result of ``like``'s shape and dtype
-    (a Tensor of ``m``'s namespace) itself: ``(t, into)``, with ``t`` a Tensor of the value
-    and ``into`` an :class:`Into` on its buffer when ``op`` may write the result there, else
-    None (``strict`` markers raise :class:`ember.ReuseError` naming the reason instead)."""
+    (an untracked Tensor of ``m``'s namespace) itself: ``(t, into)``, with ``t`` a Tensor of
+    the value and ``into`` an :class:`Into` on its buffer when ``op`` may write the result
+    there, else None (``strict`` markers raise :class:`ember.ReuseError` naming the reason)."""
     d = m._mod._dispatch
-    t = claim(d, op, m)
-    tracked = d._claims.pop()[2]
-    why, info = ("tracked" if tracked else _static_reason(d, t)), {}
+    if m._spent is not None or m._node is not None:  # spent (the error) or tracked: general
+        t = claim(d, op, m)
+        why, info = ("tracked" if d._claims.pop()[2] else _static_reason(d, t)), {}
+    else:  # claim(), for the common untracked value
+        t = d.make(m._value, None)
+        m._value = None  # (t is the one holder now: _extra_refs counts the others)
+        m._spent = _grave(m._src).op = op
+        why, info = _static_reason(d, t), {}
     if why is None:
         extra = _extra_refs(t)
         if extra > 0:
             why, info = "shared", {"extra": extra}
-    r, w = t._value, raw_value(like)
-    if why is None and (r.dtype != w.dtype or tuple(r.shape) != tuple(w.shape)):
+    r, w = t._value, like._value
+    if why is None and (r.dtype != w.dtype or r.shape != w.shape):
         why = "dtype" if r.dtype != w.dtype else "shape"
         info = {"shape": tuple(w.shape), "xshape": tuple(r.shape), "dtype": w.dtype, "xdtype": r.dtype}
     if why is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+
 def is_complex(ns, x) -> bool:
     """Whether ``x`` (an array, Tensor or Python scalar) is complex.
 

@@ -19,10 +19,6 @@ from ._base import defvjp
 from ._util import broadcast_like, cj, count, expand_reduced, norm_axes
 
 
-def _count(x, axis):
-    return math.prod(x.shape[a] for a in norm_axes(axis, x.ndim))
-
-
 def _sum(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
     g = broadcast_like(ns, expand_reduced(ns, g, x, axis, keepdims), x)
     return ns.astype(g, x.dtype) if g.dtype != x.dtype else g
@@ -67,7 +63,7 @@ def _prod(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
     kept = [i for i in range(x.ndim) if i not in axes]
     perm = tuple(kept + list(axes))
     kshape = tuple(x.shape[i] for i in kept)
-    n = _count(x, axis)
+    n = count(ns, x, axis)  # (unknown sizes: the reshape raises the clear error)
     xr = ns.reshape(ns.permute_dims(x, perm), kshape + (n,))
     left = ns.cumulative_prod(xr, axis=-1, include_initial=True)[..., :-1]
     right = ns.flip(
