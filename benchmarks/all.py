@@ -72,6 +72,8 @@ ACCEPTANCE = (
 #: Other headline ratios (no target): (id, label, workload, ratio key).
 HEADLINES = (
     *((f"mlp_{d}_vs_torch", f"MLP step {d}, ember / torch", f"mlp_{d}", "ember / torch") for d in MLP_DTYPES),
+    *((f"mlp_{d}_optim_vs_numpy", f"MLP step {d}, ember with optim.SGD and consumed grads / numpy",
+       f"mlp_{d}", "ember-optim / numpy") for d in MLP_DTYPES),
     ("graph_vs_torch", "10k-op random graph, ember / torch", "graph", "ember-grad / torch"),
     ("graph_vs_autograd", "10k-op random graph, ember / autograd", "graph", "ember-grad / autograd"),
     ("grad2_over_grad", "grad(grad(f)) / grad(f), ember", "higher_order", "ember-grad2 / ember-grad"),

@@ -209,12 +209,14 @@ def _fresh_grads(xp, shapes, dtype, seed):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("wd", [0.0, 0.01])
-def test_sgd_writes_new_params_into_consumed_grads(dtype, wd):
-    # update(params, consume(grads)): the same bits as the plain update, the new parameters in
-    # the gradients' buffers, and the consumed gradients dead
+@pytest.mark.parametrize("momentum,dampening", [(0.0, 0.0), (0.9, 0.0), (0.9, 0.3)])
+def test_sgd_writes_new_params_into_consumed_grads(dtype, wd, momentum, dampening):
+    # update(params, consume(grads)): the same bits as the plain update, the new parameters
+    # (with momentum: the new momentum buffers) in the gradients' buffers, the consumed
+    # gradients dead, and the state the caller keeps unchanged
     xp = pytest.importorskip("ember.autodiff.numpy")
     shapes = {"w": (3, 4), "b": (4,), "s": ()}
-    opt = optim.SGD(0.1, weight_decay=wd)
+    opt = optim.SGD(0.1, momentum=momentum, dampening=dampening, weight_decay=wd)
     params = {k: xp.asarray(v, copy=True) for k, v in _fresh_grads(xp, shapes, dtype, 0).items()}
     state = want_state = opt.init(params)
     want = params
@@ -223,12 +225,18 @@ def test_sgd_writes_new_params_into_consumed_grads(dtype, wd):
         want, want_state = opt.update(want, grads, want_state)
         grads = _fresh_grads(xp, shapes, dtype, step + 1)
         buffers = {k: g.raw.__array_interface__["data"][0] for k, g in grads.items()}
+        old = state
+        kept = tree.map(lambda a: np.array(a.raw, copy=True) if hasattr(a, "raw") else a, old)
         params, state = opt.update(params, ember.consume(grads), state)
+        tree.map(lambda a, b: np.testing.assert_array_equal(getattr(a, "raw", a), b), old, kept)
         for k in shapes:
             assert params[k].raw.dtype == dtype
             np.testing.assert_array_equal(params[k].raw, want[k].raw)
-            assert params[k].raw.__array_interface__["data"][0] == buffers[k]
-        assert state == {"step": step + 1, "params": {k: {"step": step + 1} for k in shapes}}
+            written = state["params"][k]["momentum"] if momentum else params[k]
+            assert written.raw.__array_interface__["data"][0] == buffers[k]
+            if momentum:
+                np.testing.assert_array_equal(written.raw, want_state["params"][k]["momentum"].raw)
+        assert state["step"] == step + 1 and all(s["step"] == step + 1 for s in state["params"].values())
         with pytest.raises(ember.ConsumedError, match="consumed at .*test_optim.py"):
             grads["w"] + 1.0
 
@@ -279,10 +287,12 @@ def test_consumed_grads_that_cannot_be_written_fall_back_safely():
 
 
 @pytest.mark.parametrize("make", [
-    lambda: optim.SGD(0.1, momentum=0.9), lambda: optim.Adam(0.1), lambda: optim.SGD(0.1, clip_norm=0.5),
+    lambda: optim.SGD(0.1, momentum=0.9, nesterov=True), lambda: optim.Adam(0.1),
+    lambda: optim.SGD(0.1, clip_norm=0.5),
 ])
 def test_consumed_grads_give_the_plain_update_for_every_optimizer(make):
-    # optimizers without an in-place form (momentum keeps g as its buffer) read them as values;
+    # optimizers without an in-place form (Nesterov reads g after the new buffer) read them as
+    # values;
     # a state the caller keeps is never written
     xp = pytest.importorskip("ember.autodiff.numpy")
     shapes = {"w": (2, 3), "b": (3,)}

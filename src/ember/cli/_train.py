@@ -25,6 +25,7 @@ from typing import Any, Callable
 from .. import nn, tree
 from .. import random as er
 from .._errors import EmberError, FileFormatError
+from ..autodiff._ownership import consume
 from ..data import NO_SKLEARN, DigitsCNN, accuracy, batches, digits_mlp, load_digits
 from ..func import value_and_grad
 
@@ -234,7 +235,7 @@ def train(
         total, done = 0.0, 0
         for idx in batches(key, epoch, n, config.batch):
             loss, grads = step(model, xp.asarray(x_tr[idx]), xp.asarray(y_tr[idx]))
-            model, state = opt.update(model, grads, state)
+            model, state = opt.update(model, consume(grads), state)  # SGD: into grads' buffers
             model, state = _maybe_compute((model, state), lazy)
             lv = float(loss)
             total += lv * len(idx)

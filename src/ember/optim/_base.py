@@ -289,8 +289,8 @@ class PathOptimizer:
         """One optimization step: ``(params, state) -> (new params, new state)``; pure.
 
         ``grads`` may be ``ember.consume(grads)``: an optimizer with an in-place
-        form (``SGD`` without momentum) then writes the new parameters into the
-        gradients' buffers where :func:`ember.consume`'s rules allow.
+        form (``SGD``) then writes its new values into the gradients' buffers
+        where :func:`ember.consume`'s rules allow.
 
         Parameters without state follow ``on_new``, state without parameter
         ``on_missing``; state that no longer fits its parameter (shape, dtype

@@ -78,12 +78,21 @@ class SGD(PathOptimizer):
         return p - lr * d, {"momentum": b}
 
     def _apply_into(self, into: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int):
-        # without momentum: p - lr * (g + wd * p) as (g + wd * p) * -lr + p, the same bits,
-        # written into g's buffer (momentum keeps g as its buffer: the plain form)
-        if hp["momentum"] != 0:
+        # the plain form's values, each computed into g's buffer (the same bits):
+        # g + wd * p; without momentum then (g + wd * p) * -lr + p, the new parameter; with it
+        # the new momentum buffer b * mu + (1 - dampening) * g, which the state keeps
+        # (Nesterov reads g again after b: the plain form)
+        mu = hp["momentum"]
+        if mu != 0 and hp["nesterov"]:
             return None
         if hp["weight_decay"] != 0:
             into("add", g, hp["weight_decay"] * p)
-        into("multiply", g, -hp["lr"])
-        into("add", g, p)
-        return into.result(), {}
+        if mu == 0:
+            into("multiply", g, -hp["lr"])
+            into("add", g, p)
+            return into.result(), {}
+        if t > 1:
+            into("multiply", g, 1 - hp["dampening"])
+            into("add", g, s["momentum"] * mu)
+        b = into.result()
+        return p - hp["lr"] * b, {"momentum": b}
