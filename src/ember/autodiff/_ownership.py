@@ -405,42 +405,42 @@ def claim(d, op, m):
     return t
 
 
-class Into:
-    """A consumed buffer an op may write its result into (from :func:`take_buffer`).
+class Writer:
+    """The backend's binary ufuncs of one namespace, writing into consumed buffers.
 
-    ``into(name, a, b)`` runs the backend's binary ufunc ``name`` on Tensors
-    of the namespace or scalars with ``out=`` the buffer (which may be one of
-    them); ``into.result()`` is the Tensor holding the buffer afterwards.
+    ``w(name, a, b, out)`` runs ufunc ``name`` on Tensors of the namespace or
+    scalars with ``out=`` a buffer from :func:`take_buffer` (which may be one
+    of them); ``w.wrap(out)`` is an untracked Tensor holding the buffer.
     """
 
-    __slots__ = ("_d", "_T", "_fs", "array")
+    __slots__ = ("_d", "_T", "_fs")
 
-    def __init__(self, d, array):
-        self._d, self._T, self.array = d, d.T, array
-        fs = _INTO_UFUNCS.get(d)
-        if fs is None:
-            fs = _INTO_UFUNCS[d] = {}
-        self._fs = fs
+    def __init__(self, d):
+        self._d, self._T, self._fs = d, d.T, {}
 
-    def __call__(self, name, a, b):
+    def __call__(self, name, a, b, out):
         f = self._fs.get(name)
         if f is None:
             f = self._fs[name] = _ufunc(self._d, name)
         T = self._T
-        f(a._value if a.__class__ is T else a, b._value if b.__class__ is T else b, out=self.array)
+        f(a._value if a.__class__ is T else a, b._value if b.__class__ is T else b, out=out)
 
-    def result(self):
-        return self._d.make(self.array, None)
+    def wrap(self, r):
+        t = self._T()
+        t._value = r
+        t._node = None
+        return t
 
 
-_INTO_UFUNCS: dict = {}  # dispatcher -> {name: ufunc}
+_WRITERS: dict = {}  # dispatcher -> Writer
 
 
 def take_buffer(m, op, like):
     """Spend marker ``m`` on ``op``, which computes a result of ``like``'s shape and dtype
-    (an untracked Tensor of ``m``'s namespace) itself: ``(t, into)``, with ``t`` a Tensor of
-    the value and ``into`` an :class:`Into` on its buffer when ``op`` may write the result
-    there, else None (``strict`` markers raise :class:`ember.ReuseError` naming the reason)."""
+    (an untracked Tensor of ``m``'s namespace) itself: ``(t, w, buf)``, with ``t`` a Tensor
+    of the value and, when ``op`` may write its result into the value's buffer, ``buf`` that
+    backend array and ``w`` the namespace's :class:`Writer` (else both None; ``strict``
+    markers raise :class:`ember.ReuseError` naming the reason instead)."""
     d = m._mod._dispatch
     if m._spent is not None or m._node is not None:  # spent (the error) or tracked: general
         t = claim(d, op, m)
@@ -461,8 +461,11 @@ def take_buffer(m, op, like):
     if why is not None:
         if m._strict:
             raise ReuseError(_reuse_message(why, op, m._where, **_extras(d, why, info)))
-        return t, None
-    return t, Into(d, r)
+        return t, None, None
+    writer = _WRITERS.get(d)
+    if writer is None:
+        writer = _WRITERS[d] = Writer(d)
+    return t, writer, r
 
 
 def as_operand(m, op):
@@ -605,10 +608,12 @@ def _static_reason(d, x):
     if not _backend_writes(d):
         return "backend"
     r = x._value
-    if is_borrowed(r):
-        return "borrowed"
     if getattr(r, "base", None) is not None:
-        return "view"
+        return "borrowed" if is_borrowed(r) else "view"
+    if _borrowed:  # is_borrowed(r), for an array that owns its memory
+        ref = _borrowed.get(id(r))
+        if ref is not None and ref() is r:
+            return "borrowed"
     flags = getattr(r, "flags", None)
     if flags is not None and not getattr(flags, "writeable", True):
         return "readonly"

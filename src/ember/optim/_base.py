@@ -203,11 +203,12 @@ class PathOptimizer:
         raise NotImplementedError
 
     def _apply_into(
-        self, into: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int
+        self, w: Any, buf: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int
     ) -> tuple[Any, dict[str, Any]] | None:
-        """``_apply`` with the new parameter written into the consumed gradient's buffer
-        (``into``, see :func:`ember.consume`; ``g`` reads the same memory), or None where
-        the subclass has no such form for ``hp`` (then ``_apply`` runs and allocates)."""
+        """``_apply`` computing into ``buf``, the consumed gradient's buffer (``g`` reads the
+        same memory; ``w(name, a, b, buf)`` runs a ufunc into it, ``w.wrap(buf)`` makes the
+        result, see ``autodiff._ownership.Writer``), or None where the subclass has no such
+        form for ``hp`` (then ``_apply`` runs and allocates)."""
         return None
 
     # ------------------------------------------------------------ structure
@@ -329,10 +330,10 @@ class PathOptimizer:
         new_states = dict(pstates)
         for (i, pth, gi), g in zip(plan.trainable, grad_list):
             p = leaves[i]
-            into = None
+            buf = None
             if g.__class__ is Owned:  # consume(grads): the new value may go into g's buffer
                 if p.__class__ is g._mod._Tensor and p._node is None:
-                    g, into = take_buffer(g, op, p)
+                    g, w, buf = take_buffer(g, op, p)
                 else:
                     g = as_operand(g, op)
             if g.shape != p.shape:
@@ -340,7 +341,7 @@ class PathOptimizer:
             s = pstates[pth]
             t = s["step"] + 1
             sl = {k: s[k] for k in slots[gi]}
-            done = None if into is None else self._apply_into(into, p, g, sl, hps[gi], t)
+            done = None if buf is None else self._apply_into(w, buf, p, g, sl, hps[gi], t)
             new_p, new_slots = done if done is not None else self._apply(namespace(p), p, g, sl, hps[gi], t)
             new_leaves[i] = new_p
             new_slots["step"] = t

@@ -77,7 +77,8 @@ class SGD(PathOptimizer):
         d = g + mu * b if hp["nesterov"] else b
         return p - lr * d, {"momentum": b}
 
-    def _apply_into(self, into: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int):
+    def _apply_into(self, w: Any, buf: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any],
+                    t: int):
         # the plain form's values, each computed into g's buffer (the same bits):
         # g + wd * p; without momentum then (g + wd * p) * -lr + p, the new parameter; with it
         # the new momentum buffer b * mu + (1 - dampening) * g, which the state keeps
@@ -86,13 +87,13 @@ class SGD(PathOptimizer):
         if mu != 0 and hp["nesterov"]:
             return None
         if hp["weight_decay"] != 0:
-            into("add", g, hp["weight_decay"] * p)
+            w("add", g, hp["weight_decay"] * p, buf)
         if mu == 0:
-            into("multiply", g, -hp["lr"])
-            into("add", g, p)
-            return into.result(), {}
+            w("multiply", g, -hp["lr"], buf)
+            w("add", g, p, buf)
+            return w.wrap(buf), {}
         if t > 1:
-            into("multiply", g, 1 - hp["dampening"])
-            into("add", g, s["momentum"] * mu)
-        b = into.result()
+            w("multiply", g, 1 - hp["dampening"], buf)
+            w("add", g, s["momentum"] * mu, buf)
+        b = w.wrap(buf)
         return p - hp["lr"] * b, {"momentum": b}
