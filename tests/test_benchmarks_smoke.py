@@ -224,3 +224,20 @@ def test_icount_inner_runs_an_impl_and_names_what_is_missing():
     unknown = subprocess.run([sys.executable, script, "--inner", "no_such", "numpy"],
                              capture_output=True, text=True)
     assert unknown.returncode != 0 and "unknown workload 'no_such'" in unknown.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux only)")
+def test_checkpointing_rss_child_measures_itself_after_a_big_parent():
+    # Linux starts a child's ru_maxrss at the parent's RSS: the torch peers' memory read as
+    # "did not grow" after the ember runs had held gigabytes. The child resets its peak.
+    import subprocess
+
+    import numpy as np
+
+    held = np.ones(64 * 2**20)  # 512 MiB resident here, far above the child's peak
+    cmd = [sys.executable, str(BENCH_DIR / "checkpointing.py"), "--_rss", "numpy-none",
+           "--size", "1000000", "--layers", "8"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    peak = int(out.stdout.strip().splitlines()[-1])
+    del held
+    assert 16 * 2**20 < peak < 512 * 2**20, peak  # 8 layers of 4 MB saved, and more
