@@ -338,14 +338,14 @@ def _rss_child(impl: str, size: int, layers: int) -> None:
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        before = _status_bytes("VmRSS")
+        before, peak = _status_bytes("VmRSS"), lambda: _status_bytes("VmHWM")
     except OSError:  # elsewhere: the high-water mark, as good as the parent allows
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        fn()
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
-        return
+        def peak() -> int:
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+        before = peak()
     fn()
-    print(_status_bytes("VmHWM") - before)
+    print(peak() - before)
 
 
 def _memory_table(title: str, peaks: dict[str, Any], groups: dict[str, str]) -> list[str]:

@@ -413,17 +413,15 @@ class Writer:
     of them); ``w.wrap(out)`` is an untracked Tensor holding the buffer.
     """
 
-    __slots__ = ("_d", "_T", "_fs")
+    __slots__ = ("_d", "_T")
 
     def __init__(self, d):
-        self._d, self._T, self._fs = d, d.T, {}
+        self._d, self._T = d, d.T
 
     def __call__(self, name, a, b, out):
-        f = self._fs.get(name)
-        if f is None:
-            f = self._fs[name] = _ufunc(self._d, name)
         T = self._T
-        f(a._value if a.__class__ is T else a, b._value if b.__class__ is T else b, out=out)
+        _ufunc(self._d, name)(a._value if a.__class__ is T else a, b._value if b.__class__ is T else b,
+                              out=out)
 
     def wrap(self, r):
         t = self._T()
@@ -442,14 +440,8 @@ def take_buffer(m, op, like):
     backend array and ``w`` the namespace's :class:`Writer` (else both None; ``strict``
     markers raise :class:`ember.ReuseError` naming the reason instead)."""
     d = m._mod._dispatch
-    if m._spent is not None or m._node is not None:  # spent (the error) or tracked: general
-        t = claim(d, op, m)
-        why, info = ("tracked" if d._claims.pop()[2] else _static_reason(d, t)), {}
-    else:  # claim(), for the common untracked value
-        t = d.make(m._value, None)
-        m._value = None  # (t is the one holder now: _extra_refs counts the others)
-        m._spent = _grave(m._src).op = op
-        why, info = _static_reason(d, t), {}
+    t = claim(d, op, m)  # (t is the one holder of the value now: _extra_refs counts the others)
+    why, info = ("tracked" if d._claims.pop()[2] else _static_reason(d, t)), {}
     if why is None:
         extra = _extra_refs(t)
         if extra > 0:
@@ -608,12 +600,10 @@ def _static_reason(d, x):
     if not _backend_writes(d):
         return "backend"
     r = x._value
+    if is_borrowed(r):
+        return "borrowed"
     if getattr(r, "base", None) is not None:
-        return "borrowed" if is_borrowed(r) else "view"
-    if _borrowed:  # is_borrowed(r), for an array that owns its memory
-        ref = _borrowed.get(id(r))
-        if ref is not None and ref() is r:
-            return "borrowed"
+        return "view"
     flags = getattr(r, "flags", None)
     if flags is not None and not getattr(flags, "writeable", True):
         return "readonly"

@@ -171,6 +171,7 @@ def build(d) -> dict:
         return e / rsum(e, axis=axis, keepdims=True)
 
     rmean = R.mean
+    from ._rules._util import known
 
     def ce_loss(terms, axis, reduction):
         """``-sum(terms)`` along ``axis`` per row ("none"), or its sum or mean over the rows,
@@ -185,7 +186,7 @@ def build(d) -> dict:
         if -len(shape) <= axis < len(shape):  # else the per-row sum raises the axis error
             others = [n for i, n in enumerate(shape) if i != axis % len(shape)]
             # sizes known and rows there (none: the mean's own NaN and warning, below)
-            if all(isinstance(n, int) for n in others) and math.prod(others):
+            if known(others) and math.prod(others):
                 return total / math.prod(others)
         return rmean(-rsum(terms, axis=axis))
 
