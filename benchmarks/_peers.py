@@ -123,6 +123,20 @@ def ember_optim_step(ember: Any, value_and_grad: Callable[[Any], tuple[Any, Any]
     return step
 
 
+def ember_train_step(ember: Any, loss: Callable[[Any], Any], params: Params, lr: float) -> Step:
+    """``ember.optim.train_step(loss, ember.optim.SGD(lr))`` over ``params``: gradient and update
+    in one call, the new parameters in the gradients' buffers."""
+    opt = ember.optim.SGD(lr)
+    train = ember.optim.train_step(loss, opt)
+    state = {"p": dict(params), "s": opt.init(params)}
+
+    def step() -> Any:
+        val, state["p"], state["s"] = train(state["p"], state["s"])
+        return val
+
+    return step
+
+
 def ember_model_step(ember: Any, loss: Callable[[Any], Any], model: Any, lr: float) -> Step:
     """ember step over a pytree of modules: ``value_and_grad``, ``ember.tree.map`` update.
 

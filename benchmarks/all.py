@@ -63,15 +63,18 @@ ACCEPTANCE = (
      "ember-grad / torch", 0.5),
     ("untracked_vs_numpy", "untracked op, ember / numpy", "overhead", "ratio",
      "ember-untracked / numpy", 1.6),
-    *((f"mlp_{d}_vs_numpy", f"MLP step {d}, ember / hand-written numpy", f"mlp_{d}", "ratio",
-       "ember / numpy", 1.05) for d in MLP_DTYPES),
+    *((f"mlp_{d}_vs_numpy", f"MLP step {d}, ember (optim.train_step) / hand-written numpy",
+       f"mlp_{d}", "ratio", "ember-step / numpy", 1.05) for d in MLP_DTYPES),
     ("long_chain_per_op", "long chain per-op time, ember long / 1k chains", "long_chain", "ratio",
      "ember-long / ember-1k", 1.5),
 )
 
 #: Other headline ratios (no target): (id, label, workload, ratio key).
 HEADLINES = (
-    *((f"mlp_{d}_vs_torch", f"MLP step {d}, ember / torch", f"mlp_{d}", "ember / torch") for d in MLP_DTYPES),
+    *((f"mlp_{d}_vs_torch", f"MLP step {d}, ember (optim.train_step) / torch", f"mlp_{d}",
+       "ember-step / torch") for d in MLP_DTYPES),
+    *((f"mlp_{d}_plain_vs_numpy", f"MLP step {d}, ember value_and_grad + arithmetic update / numpy",
+       f"mlp_{d}", "ember / numpy") for d in MLP_DTYPES),
     *((f"mlp_{d}_optim_vs_numpy", f"MLP step {d}, ember with optim.SGD and consumed grads / numpy",
        f"mlp_{d}", "ember-optim / numpy") for d in MLP_DTYPES),
     ("graph_vs_torch", "10k-op random graph, ember / torch", "graph", "ember-grad / torch"),

@@ -15,6 +15,9 @@ Parameters are carried from step to step.  Implementations:
 - ``ember-optim``    ``ember``'s loss, updated by ``ember.optim.SGD`` with consumed gradients
                      (``opt.update(p, ember.consume(g), state)``: the new parameters go into the
                      gradients' buffers)
+- ``ember-step``     ``ember``'s loss and ``optim.SGD`` fused by ``ember.optim.train_step``: the
+                     gradients go from the backward pass into the update (new parameters in
+                     their buffers) without reaching the caller; the way to write an ember step
 - ``ember-generic``  the same with every layer and the loss written in plain array-API ops
                      (``matmul``, ``+``, ``maximum``, ``max``, ``exp``, ``sum``, ``log``):
                      what composition costs
@@ -117,7 +120,8 @@ def out_in(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.ascontiguousarray(v.T) if k[0] == "W" else v for k, v in params.items()}
 
 
-def setup_ember(dtype: Any, generic: bool = False, optimizer: bool = False) -> Callable[[], Any]:
+def setup_ember(dtype: Any, generic: bool = False, optimizer: bool = False, fused: bool = False
+                ) -> Callable[[], Any]:
     ember, xp = import_ember()
     with peers.ember_ready():
         params, x, y = make_problem(dtype)
@@ -134,7 +138,12 @@ def setup_ember(dtype: Any, generic: bool = False, optimizer: bool = False) -> C
 
             vg, params = ember.value_and_grad(loss), out_in(params)
         params = {k: xp.asarray(v) for k, v in params.items()}
-        step = peers.ember_optim_step(ember, vg, params, LR) if optimizer else peers.sgd_step(vg, params, LR)
+        if fused:
+            step = peers.ember_train_step(ember, loss, params, LR)
+        elif optimizer:
+            step = peers.ember_optim_step(ember, vg, params, LR)
+        else:
+            step = peers.sgd_step(vg, params, LR)
         step()
     return step
 
@@ -180,6 +189,9 @@ def workloads() -> list[Workload]:
         "mlp",
         {
             "numpy": setup_numpy,
+            # the acceptance row next to the reference: the harness runs the first two side by
+            # side in every round (their per-round ratio cancels the machine's drift best)
+            "ember-step": functools.partial(setup_ember, fused=True),
             "ember": setup_ember,
             "ember-optim": functools.partial(setup_ember, optimizer=True),
             "ember-generic": functools.partial(setup_ember, generic=True),
@@ -191,7 +203,8 @@ def workloads() -> list[Workload]:
         f"MLP {'-'.join(map(str, SIZES))} ReLU, batch {BATCH}, SGD step, {{dtype}}",
         unit="ms/step",
         reference="numpy",
-        ratios=[("ember", "numpy"), ("ember", "torch"), ("ember-optim", "numpy"), ("ember-generic", "numpy")],
+        ratios=[("ember-step", "numpy"), ("ember", "numpy"), ("ember", "torch"), ("ember-optim", "numpy"),
+                ("ember-step", "torch"), ("ember-generic", "numpy")],
         # the point is a few percent, and a shared machine drifts by more within seconds: with 7
         # rounds the float64 ratio ranged 1.01-1.13x over three runs, with 25 (and the
         # reference next to ember in every round) 1.08x twice, as 201 paired rounds gave

@@ -173,7 +173,7 @@ def test_all_summary_and_chart(tmp_path, monkeypatch):
     docs = [
         _fake("overhead", "us/op", {"numpy": 0.4, "ember-untracked": 0.5, "ember-grad": 2.5, "torch": 6.0},
               {"ember-untracked / numpy": 1.25, "ember-grad / torch": 2.5 / 6.0}, 100, "numpy"),
-        _fake("mlp_float32", "ms/step", {"numpy": 2.0, "ember": 2.2}, {"ember / numpy": 1.1}),
+        _fake("mlp_float32", "ms/step", {"numpy": 2.0, "ember-step": 2.2}, {"ember-step / numpy": 1.1}),
         _fake("long_chain", "us/op", {"ember-1k": 3.0, "ember-long": None},
               {"ember-long / ember-1k": None}, 100_000, "ember-1k"),
     ]

@@ -436,7 +436,9 @@ class _Dispatcher:
             ok = self.is_differentiable(ans)
         if not ok:
             return ans
-        node = make_node(rule, tuple(inner), params, tuple(parents), ans, top, self.module)
+        node = Node()  # (make_node, inline: this is the hot path)
+        node.rule, node.args, node.params, node.parents, node.ans = rule, tuple(inner), params, tuple(parents), ans
+        node.g, node.trace, node.ns, node.index = None, top, self.module, None
         top.nodes.append(node)
         if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
             top.saver(node, impl)

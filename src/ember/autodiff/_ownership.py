@@ -406,28 +406,22 @@ def claim(d, op, m):
 
 
 class Writer:
-    """The backend's binary ufuncs of one namespace, writing into consumed buffers.
+    """The backend's ufuncs of one namespace, by name, for writing into consumed buffers.
 
-    ``w(name, a, b, out)`` runs ufunc ``name`` on Tensors of the namespace or
-    scalars with ``out=`` a buffer from :func:`take_buffer` (which may be one
-    of them); ``w.wrap(out)`` is an untracked Tensor holding the buffer.
+    ``w.add(a, b, out=buf)`` runs the backend's own ``add`` on backend arrays
+    or scalars, with ``out=`` a buffer from :func:`take_buffer` (which may be
+    one of them); each name is looked up once (standard names, e.g. ``pow``).
     """
 
-    __slots__ = ("_d", "_T")
-
     def __init__(self, d):
-        self._d, self._T = d, d.T
+        self._d = d
 
-    def __call__(self, name, a, b, out):
-        T = self._T
-        _ufunc(self._d, name)(a._value if a.__class__ is T else a, b._value if b.__class__ is T else b,
-                              out=out)
-
-    def wrap(self, r):
-        t = self._T()
-        t._value = r
-        t._node = None
-        return t
+    def __getattr__(self, name):  # the first use of a name only
+        f = _ufunc(self._d, name)
+        if not f:
+            raise AttributeError(f"Writer: the backend of {self._d.bname} has no ufunc {name!r}")
+        self.__dict__[name] = f
+        return f
 
 
 _WRITERS: dict = {}  # dispatcher -> Writer
@@ -440,24 +434,44 @@ def take_buffer(m, op, like):
     backend array and ``w`` the namespace's :class:`Writer` (else both None; ``strict``
     markers raise :class:`ember.ReuseError` naming the reason instead)."""
     d = m._mod._dispatch
-    t = claim(d, op, m)  # (t is the one holder of the value now: _extra_refs counts the others)
-    why, info = ("tracked" if d._claims.pop()[2] else _static_reason(d, t)), {}
-    if why is None:
-        extra = _extra_refs(t)
-        if extra > 0:
-            why, info = "shared", {"extra": extra}
-    r, w = t._value, like._value
-    if why is None and (r.dtype != w.dtype or r.shape != w.shape):
-        why = "dtype" if r.dtype != w.dtype else "shape"
-        info = {"shape": tuple(w.shape), "xshape": tuple(r.shape), "dtype": w.dtype, "xdtype": r.dtype}
+    t = claim(d, op, m)  # (t is the one holder of the value now, besides the call below)
+    if d._claims.pop()[2]:
+        why, info = "tracked", {}
+    else:
+        why, info = reuse_reason(d, t._value, like._value, 1)
     if why is not None:
         if m._strict:
             raise ReuseError(_reuse_message(why, op, m._where, **_extras(d, why, info)))
         return t, None, None
-    writer = _WRITERS.get(d)
-    if writer is None:
-        writer = _WRITERS[d] = Writer(d)
-    return t, writer, r
+    return t, writer(d), t._value
+
+
+def reuse_reason(d, r, like, holders):
+    """Why a result of backend array ``like``'s shape and dtype may not be written into
+    backend array ``r`` of namespace ``d``, as ``(why, info)``; ``(None, None)`` when it may.
+
+    ``holders``: the references to ``r`` the caller knows of (its own included); any
+    other one means someone else may read the buffer ("shared"). The other reasons are
+    :func:`_buffer_reason`'s and a different shape or dtype.
+    """
+    why = _buffer_reason(d, r)
+    if why is not None:
+        return why, {}
+    extra = sys.getrefcount(r) - 2 - holders  # (r: this call's argument and getrefcount's)
+    if extra > 0:
+        return "shared", {"extra": extra}
+    if r.dtype != like.dtype or r.shape != like.shape:
+        info = {"shape": tuple(like.shape), "xshape": tuple(r.shape), "dtype": like.dtype, "xdtype": r.dtype}
+        return ("dtype" if r.dtype != like.dtype else "shape"), info
+    return None, None
+
+
+def writer(d) -> Writer:
+    """The :class:`Writer` of namespace dispatcher ``d`` (one per namespace)."""
+    w = _WRITERS.get(d)
+    if w is None:
+        w = _WRITERS[d] = Writer(d)
+    return w
 
 
 def as_operand(m, op):
@@ -597,13 +611,20 @@ def _static_reason(d, x):
     """A reuse condition that fails whatever the op (or None)."""
     if x._node is not None:
         return "tracked"
-    if not _backend_writes(d):
+    return _buffer_reason(d, x._value)
+
+
+def _buffer_reason(d, r):
+    """Why backend array ``r``'s memory may not be written in place whatever the op (or
+    None): the backend cannot, the memory is borrowed, ``r`` is a view, or read-only."""
+    if _WRITES.get(d) is not True and not _backend_writes(d):
         return "backend"
-    r = x._value
-    if is_borrowed(r):
-        return "borrowed"
     if getattr(r, "base", None) is not None:
-        return "view"
+        return "borrowed" if is_borrowed(r) else "view"
+    if _borrowed:  # (r owns its memory: is_borrowed's lookup, without its walk)
+        ref = _borrowed.get(id(r))
+        if ref is not None and ref() is r:
+            return "borrowed"
     flags = getattr(r, "flags", None)
     if flags is not None and not getattr(flags, "writeable", True):
         return "readonly"

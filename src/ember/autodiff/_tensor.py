@@ -10,6 +10,8 @@ op. Operators and methods are installed by the namespace factory.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from .._errors import BackendError
 
 __all__ = ["Tensor", "raw_value"]
@@ -41,12 +43,9 @@ class Tensor:
         """The backend array under all trace levels (no gradient flows through it)."""
         return raw_value(self)
 
-    @property
-    def dtype(self):
-        v = self._value
-        while isinstance(v, Tensor):
-            v = v._value
-        return v.dtype
+    # the backend array's dtype, read through every trace level (each level's ``_value`` is a
+    # Tensor one level down, whose own dtype is this property again): C-level, no Python frame
+    dtype = property(attrgetter("_value.dtype"), doc="The data type of the elements.")
 
     @property
     def shape(self):

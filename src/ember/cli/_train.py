@@ -4,7 +4,7 @@ The data are scikit-learn's bundled 8x8 digits (1797 images, no download),
 split 80/20 with a fixed key. Two models: ``mlp`` (64-128-64-10) and ``cnn``
 (two 3x3 convolutions, a max-pool and an MLP head); data and models come from
 :mod:`ember.data`, shared with ``examples/*_digits.py``. They are trained with :class:`ember.optim.SGD` (momentum
-0.9, learning rate x0.8 per epoch) through ``ember.value_and_grad``. One epoch's batch order comes from
+0.9, learning rate x0.8 per epoch) through ``ember.optim.train_step``. One epoch's batch order comes from
 ``fold_in(key, epoch)``, so a run resumed from the checkpoint of epoch k
 continues exactly as the uninterrupted run would.
 
@@ -25,9 +25,7 @@ from typing import Any, Callable
 from .. import nn, tree
 from .. import random as er
 from .._errors import EmberError, FileFormatError
-from ..autodiff._ownership import consume
 from ..data import NO_SKLEARN, DigitsCNN, accuracy, batches, digits_mlp, load_digits
-from ..func import value_and_grad
 
 __all__ = ["BACKENDS", "MODELS", "Config", "Result", "load_digits", "build_model", "train"]
 
@@ -225,7 +223,9 @@ def train(
     from ..backend import capabilities
 
     lazy = bool(capabilities(xp._backend).lazy)
-    step = value_and_grad(lambda m, xb, yb: nn.cross_entropy(m(xb), yb), checkpointing=config.checkpointing)
+    # gradient and update in one call: SGD writes the new parameters into the gradients' buffers
+    step = optim.train_step(lambda m, xb, yb: nn.cross_entropy(m(xb), yb), opt,
+                            checkpointing=config.checkpointing)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     n = len(y_tr)
@@ -234,8 +234,7 @@ def train(
     for epoch in range(start_epoch, config.epochs):
         total, done = 0.0, 0
         for idx in batches(key, epoch, n, config.batch):
-            loss, grads = step(model, xp.asarray(x_tr[idx]), xp.asarray(y_tr[idx]))
-            model, state = opt.update(model, consume(grads), state)  # SGD: into grads' buffers
+            loss, model, state = step(model, state, xp.asarray(x_tr[idx]), xp.asarray(y_tr[idx]))
             model, state = _maybe_compute((model, state), lazy)
             lv = float(loss)
             total += lv * len(idx)

@@ -24,7 +24,7 @@ from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import share as _share
 from ..autodiff._rules._util import shapes_fit
 from ..autodiff._tensor import raw_value
-from ..autodiff._trace import Trace, backward, make_node, quiet_gc
+from ..autodiff._trace import Node, Trace, backward, make_node, quiet_gc
 
 __all__ = ["grad", "value_and_grad", "vjp", "stop_gradient"]
 
@@ -69,7 +69,9 @@ def _track(x, trace: Trace) -> _Leaf | None:
         t = c()
         t._value = v
         t._node = x._node
-        node = make_node(None, None, None, (), None, trace, ns)
+        node = Node()  # (make_node, inline: once per leaf per call)
+        node.rule = node.args = node.params = node.ans = node.g = node.index = None
+        node.parents, node.trace, node.ns = (), trace, ns
         leaf = c()
         leaf._value = t
         leaf._node = node
@@ -141,22 +143,31 @@ def _gradients(per_arg, unused):
                 gs.append(x)  # constants keep their value
                 continue
             g = t.node.g
-            if g is None:
-                if unused == "none":
-                    gs.append(None)
-                    continue
-                g = type(t.tensor)._ns.zeros_like(t.tensor._value)
-            elif not isinstance(g, Tensor):  # a backend array, from the raw backward pass
+            if g is not None and not isinstance(g, Tensor):  # a backend array, from the raw backward
                 r = t.tensor._value._value  # the leaf's backend array
                 if g.__class__ is r.__class__ and g.dtype == r.dtype and g.shape == r.shape:
                     gs.append(g if t.raw_input else t.tensor._ns._dispatch.make(g, None))
                     continue
-                g = t.tensor._ns._wrap(g)
-            if g.dtype != t.tensor.dtype or g.shape != t.tensor.shape:
-                g = _fit_leaf(g, t.tensor)
-            gs.append(raw_value(g) if t.raw_input else g)
+            gs.append(leaf_gradient(t, g, unused))
         out.append(gs[0] if treedef is None else _tree.unflatten(treedef, gs))
     return out
+
+
+def leaf_gradient(t: _Leaf, g: Any, unused: str) -> Any:
+    """The gradient of tracked leaf ``t`` from its node's ``g``, in the leaf's own form.
+
+    Zeros (or None with ``unused="none"``) where the function did not use the
+    leaf; fitted to the leaf's shape and dtype; raw where the leaf came in raw.
+    """
+    if g is None:
+        if unused == "none":
+            return None
+        g = type(t.tensor)._ns.zeros_like(t.tensor._value)
+    elif not isinstance(g, Tensor):
+        g = t.tensor._ns._wrap(g)
+    if g.dtype != t.tensor.dtype or g.shape != t.tensor.shape:
+        g = _fit_leaf(g, t.tensor)
+    return raw_value(g) if t.raw_input else g
 
 
 def _ones_like(value):
@@ -211,35 +222,47 @@ def value_and_grad(
     """
     nums, single = _normalize_argnums(argnums)
     _check_options("value_and_grad", checkpointing, unused)
-    op = getattr(f, "__name__", "f")
+    op = f"value_and_grad({getattr(f, '__name__', 'f')}, has_aux=True)"
 
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
-        with quiet_gc:  # once around recording and backward (each would enter it)
-            with Trace(checkpointing) as trace:
-                targs, per_arg, raw_only = _trace_args(args, nums, trace)
-                res = f(*targs, **kwargs)
-            aux = None
-            if has_aux:
-                if not (isinstance(res, (tuple, list)) and len(res) == 2):
-                    raise TypeError(
-                        f"value_and_grad({op}, has_aux=True): the function must return a pair "
-                        f"(value, aux), got {type(res).__name__}"
-                    )
-                res, aux = res
-                aux = _tree.map(lambda a: _lower(a, trace), aux)
-            value = _scalar_output("grad", res, trace)
-            node = value._node if isinstance(value, Tensor) else None
-            if node is not None and node.trace is trace:
-                value = value._value
-                backward(trace, [(node, _ones_like(value))])
-            grads = _gradients(per_arg, unused)
-            if raw_only and isinstance(value, Tensor):
-                value = raw_value(value)
-            g = grads[0] if single else tuple(grads)
-            return ((value, aux), g) if has_aux else (value, g)
+        value, aux, per_arg, raw_only = forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs)
+        grads = _gradients(per_arg, unused)
+        g = grads[0] if single else tuple(grads)
+        return ((value, aux), g) if has_aux else (value, g)
 
     return wrapped
+
+
+def forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs):
+    """Run ``f(*args, **kwargs)`` with ``args[nums]`` traced, then the backward pass.
+
+    Returns ``(value, aux, per_arg, raw_only)`` (see :func:`_trace_args`): the
+    leaves' nodes hold the gradients in ``node.g`` (backend arrays from the raw
+    backward pass, Tensors, or None where unused). ``value`` is raw when every
+    traced leaf came in raw. Shared by ``value_and_grad`` and
+    ``ember.optim.train_step``.
+    """
+    with quiet_gc:  # once around recording and backward (each would enter it)
+        with Trace(checkpointing) as trace:
+            targs, per_arg, raw_only = _trace_args(args, nums, trace)
+            res = f(*targs, **kwargs)
+        aux = None
+        if has_aux:
+            if not (isinstance(res, (tuple, list)) and len(res) == 2):
+                raise TypeError(
+                    f"{op}: the function must return a pair (value, aux), got {type(res).__name__}"
+                )
+            res, aux = res
+            aux = _tree.map(lambda a: _lower(a, trace), aux)
+        value = _scalar_output("grad", res, trace)
+        node = value._node if isinstance(value, Tensor) else None
+        if node is not None and node.trace is trace:
+            value = value._value
+            backward(trace, [(node, _ones_like(value))])
+    if raw_only and isinstance(value, Tensor):
+        value = raw_value(value)
+    return value, aux, per_arg, raw_only
 
 
 def _scalar_output(op, res, trace):

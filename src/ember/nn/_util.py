@@ -19,18 +19,14 @@ def namespace(*arrays: Any) -> Any:
     whose parameters are being differentiated) use the Tensors' namespace,
     which accepts raw arrays of its backend.
     """
-    cls = None  # live ember Tensors of one namespace, the usual case: their class knows it
-    for a in arrays:
-        if a is not None:
-            c = a.__class__
-            if cls is None:
-                cls = c
-            elif c is not cls:
-                cls = None
+    # live ember Tensors of one namespace, the usual case: their class knows it
+    cls = arrays[0].__class__ if arrays else None
+    ns = getattr(cls, "_ns", None)
+    if ns is not None and cls is getattr(ns, "_Tensor", None):
+        for a in arrays:
+            if a.__class__ is not cls and a is not None:
                 break
-    if cls is not None:
-        ns = getattr(cls, "_ns", None)
-        if ns is not None and cls is getattr(ns, "_Tensor", None):
+        else:
             return ns
     arrays = tuple(a for a in arrays if a is not None)
     try:

@@ -32,6 +32,7 @@ from .rmsprop import RMSprop
 from .sgd import SGD
 from .stateful import Stateful
 from .surgery import drop, rename, reset, select
+from .training import train_step
 
 __all__ = [
     "Optimizer",
@@ -58,4 +59,5 @@ __all__ = [
     "drop",
     "rename",
     "Stateful",
+    "train_step",
 ]

@@ -32,7 +32,8 @@ namespace of that parameter.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
+from operator import attrgetter
+from typing import Any, Callable, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
 
 from .. import tree as _tree
 from ..autodiff._ownership import Owned, as_operand, take_buffer
@@ -46,6 +47,7 @@ from .schedules import as_schedule
 __all__ = ["Optimizer", "PathOptimizer", "State", "Options"]
 
 State = dict  # {"step": int, "params": {path: {"step": int, slot: array}}}
+_DTYPE = attrgetter("dtype")
 
 # Error texts (module constants so tests can check them).
 MISSING_GRADS = (
@@ -202,13 +204,13 @@ class PathOptimizer:
     ) -> tuple[Any, dict[str, Any]]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _apply_into(
-        self, w: Any, buf: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any], t: int
-    ) -> tuple[Any, dict[str, Any]] | None:
-        """``_apply`` computing into ``buf``, the consumed gradient's buffer (``g`` reads the
-        same memory; ``w(name, a, b, buf)`` runs a ufunc into it, ``w.wrap(buf)`` makes the
-        result, see ``autodiff._ownership.Writer``), or None where the subclass has no such
-        form for ``hp`` (then ``_apply`` runs and allocates)."""
+    def _inplace(self, w: Any, hp: Mapping[str, Any]) -> Callable[..., tuple[Any, dict[str, Any]]] | None:
+        """``_apply`` computing into the gradient's buffer, for hyperparameters ``hp``: a
+        function ``(buf, p, s, t) -> (new_p, new_slots)`` on backend arrays, where ``buf``
+        holds ``g`` and may be overwritten, and ``p`` and the slots ``s`` are only read; or
+        None where the subclass has no such form for ``hp`` (then ``_apply`` runs).
+        ``w.add(a, b, out=buf)`` etc. are the backend's ufuncs (``autodiff._ownership.Writer``).
+        Made once per update and group, so hyperparameter choices are taken once."""
         return None
 
     # ------------------------------------------------------------ structure
@@ -226,6 +228,21 @@ class PathOptimizer:
         return out
 
     def _plan(self, op: str, leaves: list[Any], td: Any) -> _Plan:
+        try:  # the leaves' array types and dtypes decide their kinds: found without a Python loop
+            seen = (td, tuple(map(type, leaves)), tuple(map(_DTYPE, leaves)))
+            plan = self._plans.get(seen)
+        except (AttributeError, TypeError):  # a leaf without a (hashable) dtype
+            seen = plan = None
+        if plan is not None:
+            return plan
+        plan = self._plan_of(op, leaves, td)
+        if seen is not None:
+            if len(self._plans) >= 16:  # a bounded cache; structures rarely change
+                self._plans.clear()
+            self._plans[seen] = plan
+        return plan
+
+    def _plan_of(self, op: str, leaves: list[Any], td: Any) -> _Plan:
         mask = []
         complex_at = []
         for i, x in enumerate(leaves):
@@ -301,6 +318,29 @@ class PathOptimizer:
         op = f"{type(self).__name__}.update"
         leaves, td = _tree.flatten(params)
         plan = self._plan(op, leaves, td)
+        grad_list = self._grads(op, grads, td, plan)
+        if self.clip_norm is not None:  # (consumed gradients are read twice: plain values)
+            grad_list = [as_operand(g, op) if g.__class__ is Owned else g for g in grad_list]
+        into = []  # per trainable parameter: (Writer, buffer) where g's buffer takes the result
+        for (i, _, _), g in zip(plan.trainable, grad_list):
+            if g.__class__ is not Owned:
+                into.append(None)
+                continue
+            p = leaves[i]  # consume(grads): the new value may go into g's buffer
+            if p.__class__ is g._mod._Tensor and p._node is None:
+                g, w, buf = take_buffer(g, op, p)
+            else:
+                g, buf = as_operand(g, op), None
+            grad_list[len(into)] = g
+            into.append(None if buf is None else (w, buf))
+        return self._update_leaves(op, leaves, td, plan, grad_list, into, state)
+
+    def _update_leaves(self, op: str, leaves: list[Any], td: Any, plan: _Plan, grad_list: list[Any],
+                       into: list[Any], state: State) -> tuple[Any, State]:
+        """``update`` on flat lists: ``grad_list[j]`` is the gradient of ``plan.trainable[j]``
+        (a Tensor), ``into[j]`` a ``(Writer, buffer)`` pair where the result may be written
+        into that gradient's buffer (then ``grad_list[j]`` may be None: the buffer holds the
+        gradient; never with ``clip_norm``, which reads them all first), else None."""
         step = _policies.check_state(op, state)
         hps = self._group_hparams(step)
         slots = [self._slots(hp) for hp in hps]
@@ -321,28 +361,39 @@ class PathOptimizer:
                 op, old, self._specs(plan, leaves, hps), self.on_new, self.on_missing
             )
 
-        grad_list = self._grads(op, grads, td, plan)
-        if self.clip_norm is not None:  # (consumed gradients are read twice: plain values)
-            grad_list = [as_operand(g, op) if g.__class__ is Owned else g for g in grad_list]
+        if self.clip_norm is not None:
             grad_list, _ = clip_by_global_norm(grad_list, self.clip_norm)
-
         new_leaves = list(leaves)
         new_states = dict(pstates)
-        for (i, pth, gi), g in zip(plan.trainable, grad_list):
+        kernels: dict = {}  # (group, Writer) -> self._inplace(w, hp)
+        for (i, pth, gi), g, w_buf in zip(plan.trainable, grad_list, into):
             p = leaves[i]
-            buf = None
-            if g.__class__ is Owned:  # consume(grads): the new value may go into g's buffer
-                if p.__class__ is g._mod._Tensor and p._node is None:
-                    g, w, buf = take_buffer(g, op, p)
-                else:
-                    g = as_operand(g, op)
-            if g.shape != p.shape:
-                raise ShapeError(GRAD_SHAPE.format(op=op, path=pth, gshape=tuple(g.shape), pshape=tuple(p.shape)))
             s = pstates[pth]
             t = s["step"] + 1
-            sl = {k: s[k] for k in slots[gi]}
-            done = None if buf is None else self._apply_into(w, buf, p, g, sl, hps[gi], t)
-            new_p, new_slots = done if done is not None else self._apply(namespace(p), p, g, sl, hps[gi], t)
+            names = slots[gi]
+            if w_buf is not None:  # (g has p's shape and dtype: checked when the buffer was taken)
+                w, buf = w_buf
+                k = kernels.get((gi, w), False)
+                if k is False:
+                    k = kernels[gi, w] = self._inplace(w, hps[gi])
+                if k is not None:
+                    T = p.__class__
+                    raw = {n: s[n]._value if s[n].__class__ is T else s[n] for n in names} if names else s
+                    new_value, raw_slots = k(buf, p._value, raw, t)
+                    new_leaves[i] = new_p = T()
+                    new_p._value = new_value
+                    new_p._node = None
+                    new_states[pth] = new_slots = {"step": t}
+                    for n, v in raw_slots.items():
+                        new_slots[n] = x = T()
+                        x._value = v
+                        x._node = None
+                    continue
+                if g is None:
+                    g = p._ns._dispatch.make(buf, None)
+            if g.shape != p.shape:
+                raise ShapeError(GRAD_SHAPE.format(op=op, path=pth, gshape=tuple(g.shape), pshape=tuple(p.shape)))
+            new_p, new_slots = self._apply(namespace(p), p, g, {k: s[k] for k in names}, hps[gi], t)
             new_leaves[i] = new_p
             new_slots["step"] = t
             new_states[pth] = new_slots

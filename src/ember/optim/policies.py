@@ -112,6 +112,8 @@ def fits(s: Any, p: Any, slots: Sequence[str]) -> bool:
     """True when entry ``s`` has exactly ``slots`` with ``p``'s shape and dtype (fast check)."""
     if not isinstance(s, dict) or len(s) != len(slots) + 1 or not isinstance(s.get("step"), int):
         return False
+    if not slots:
+        return True
     for name in slots:
         a = s.get(name)
         if a is None or getattr(a, "shape", None) != p.shape or getattr(a, "dtype", None) != p.dtype:

@@ -77,23 +77,33 @@ class SGD(PathOptimizer):
         d = g + mu * b if hp["nesterov"] else b
         return p - lr * d, {"momentum": b}
 
-    def _apply_into(self, w: Any, buf: Any, p: Any, g: Any, s: dict[str, Any], hp: Mapping[str, Any],
-                    t: int):
+    def _inplace(self, w: Any, hp: Mapping[str, Any]):
         # the plain form's values, each computed into g's buffer (the same bits):
         # g + wd * p; without momentum then (g + wd * p) * -lr + p, the new parameter; with it
         # the new momentum buffer b * mu + (1 - dampening) * g, which the state keeps
         # (Nesterov reads g again after b: the plain form)
-        mu = hp["momentum"]
+        lr, mu, wd, keep = hp["lr"], hp["momentum"], hp["weight_decay"], 1 - hp["dampening"]
         if mu != 0 and hp["nesterov"]:
             return None
-        if hp["weight_decay"] != 0:
-            w("add", g, hp["weight_decay"] * p, buf)
+        add, mul, sub = w.add, w.multiply, w.subtract
         if mu == 0:
-            w("multiply", g, -hp["lr"], buf)
-            w("add", g, p, buf)
-            return w.wrap(buf), {}
-        if t > 1:
-            w("multiply", g, 1 - hp["dampening"], buf)
-            w("add", g, s["momentum"] * mu, buf)
-        b = w.wrap(buf)
-        return p - hp["lr"] * b, {"momentum": b}
+            nlr = -lr
+
+            def step(buf, p, s, t):
+                if wd != 0:
+                    add(buf, mul(p, wd), out=buf)
+                mul(buf, nlr, out=buf)
+                add(buf, p, out=buf)
+                return buf, {}
+
+            return step
+
+        def step_momentum(buf, p, s, t):
+            if wd != 0:
+                add(buf, mul(p, wd), out=buf)
+            if t > 1:
+                mul(buf, keep, out=buf)
+                add(buf, mul(s["momentum"], mu), out=buf)
+            return sub(p, mul(buf, lr)), {"momentum": buf}
+
+        return step_momentum

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+from itertools import islice
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -103,13 +104,14 @@ class _Node:
     compared by ``==`` but ignored by map's structure check.
     """
 
-    __slots__ = ("kind", "aux", "consts", "children")
+    __slots__ = ("kind", "aux", "consts", "children", "hash")
 
     def __init__(self, kind: _NodeType, aux: Any, consts: tuple[Any, ...], children: tuple[Any, ...]):
         self.kind = kind
         self.aux = aux
         self.consts = consts
         self.children = children
+        self.hash: int | None = None  # set on shared nodes only (see _shared)
 
 
 _EMPTY: tuple[Any, ...] = ()
@@ -129,15 +131,32 @@ def _children(xs: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) ->
     """The treedef nodes of a container's children; leaves of known types without a call each."""
     if is_leaf is not None:
         return tuple([_flat(c, out, is_leaf) for c in xs])
-    nodes = []
+    nodes = None  # while every child is a leaf: the shared tuple of leaf nodes (see _leaves)
     get = _DISPATCH.get
-    for c in xs:
+    for i, c in enumerate(xs):
         if get(c.__class__) is LEAF:  # an array, the usual child of a parameter container
             out.append(c)
-            nodes.append(_LEAF)
+            if nodes is not None:
+                nodes.append(_LEAF)
         else:
+            if nodes is None:
+                nodes = [_LEAF] * i
             nodes.append(_flat(c, out, None))
-    return tuple(nodes)
+    return _leaves(len(xs)) if nodes is None else tuple(nodes)
+
+
+_LEAVES: dict[int, tuple[Any, ...]] = {}
+
+
+def _leaves(n: int) -> tuple[Any, ...]:
+    """The children of a container of ``n`` leaves: one shared tuple per ``n``, so that
+    ``_build`` knows such a container by identity and rebuilds it in one C-level call."""
+    t = _LEAVES.get(n)
+    if t is None:
+        t = (_LEAF,) * n
+        if n <= 4096:
+            _LEAVES[n] = t
+    return t
 
 
 def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
@@ -155,11 +174,12 @@ def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
         return _Const(x)
     code = kind.code
     if code == LIST or code == TUPLE:
-        return _Node(kind, None, _EMPTY, _children(x, out, is_leaf))
+        return _shared(kind, None, _children(x, out, is_leaf))
     if code == DICT or code == DICTLIKE:
         keys = _dict_order(x)
-        consts = (x.default_factory,) if code == DICTLIKE and hasattr(x, "default_factory") else _EMPTY
-        return _Node(kind, keys, consts, _children([x[k] for k in keys], out, is_leaf))
+        if code == DICTLIKE and hasattr(x, "default_factory"):
+            return _Node(kind, keys, (x.default_factory,), _children([x[k] for k in keys], out, is_leaf))
+        return _shared(kind, keys, _children([x[k] for k in keys], out, is_leaf))
     if code == NAMEDTUPLE:
         return _Node(kind, None, _EMPTY, tuple([_flat(c, out, is_leaf) for c in x]))
     if code == DATACLASS:
@@ -174,6 +194,38 @@ def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
     return _Node(kind, (user_aux, keys), _EMPTY, tuple([_flat(p[1], out, is_leaf) for p in pairs]))
 
 
+_SHARED: dict[tuple[Any, ...], _Node] = {}
+
+
+def _shared(kind: _NodeType, aux: Any, children: tuple[Any, ...]) -> _Node:
+    """The node of a container without constants, shared by every flatten of an equal one.
+
+    Why: a training loop flattens the same structure every step, and optimizers and
+    transforms compare and hash treedefs to find their caches; shared nodes compare
+    by identity and keep their hash. Only nodes whose children are leaves or shared
+    nodes are shared (constants compare by value); dict keys count with their types
+    (``{1: a}`` and ``{True: a}`` rebuild differently). A bounded table.
+    """
+    if children is not _LEAVES.get(len(children)):
+        leafy = True
+        for c in children:
+            if c is not _LEAF:
+                if c.__class__ is not _Node or c.hash is None:
+                    return _Node(kind, aux, _EMPTY, children)
+                leafy = False
+        if leafy:  # (a type flatten met for the first time: the shared tuple, for _build)
+            children = _leaves(len(children))
+    key = (kind, aux, None if aux is None else tuple(builtins.map(type, aux)), children)
+    node = _SHARED.get(key)
+    if node is None:
+        node = _Node(kind, aux, _EMPTY, children)
+        node.hash = _hash(node)
+        if len(_SHARED) >= 4096:
+            _SHARED.clear()
+        _SHARED[key] = node
+    return node
+
+
 def _build(d: Any, it: Iterator[Any]) -> Any:
     """Rebuild a tree from treedef node ``d`` taking leaves from ``it`` (recursive)."""
     if d is _LEAF:
@@ -182,12 +234,18 @@ def _build(d: Any, it: Iterator[Any]) -> Any:
         return d.value
     kind = d.kind
     code = kind.code
-    if code == LIST:
-        return [next(it) if c is _LEAF else _build(c, it) for c in d.children]
-    if code == TUPLE:
-        return tuple([next(it) if c is _LEAF else _build(c, it) for c in d.children])
+    if code == LIST or code == TUPLE:
+        ch = d.children
+        if ch is _LEAVES.get(len(ch)):  # all leaves
+            items = list(islice(it, len(ch)))
+        else:
+            items = [next(it) if c is _LEAF else _build(c, it) for c in ch]
+        return items if code == LIST else tuple(items)
     if code == DICT:
-        return {k: next(it) if c is _LEAF else _build(c, it) for k, c in zip(d.aux, d.children)}
+        ch = d.children
+        if ch is _LEAVES.get(len(ch)):  # all leaves (zip stops at the keys: takes len(keys) leaves)
+            return dict(zip(d.aux, it))
+        return {k: next(it) if c is _LEAF else _build(c, it) for k, c in zip(d.aux, ch)}
     if code == DICTLIKE:
         items = [(k, _build(c, it)) for k, c in zip(d.aux, d.children)]
         if d.consts:
@@ -315,6 +373,8 @@ def _hash(d: Any) -> int:
         return 1
     if type(d) is _Const:
         return hash((2, _const_hash(d.value)))
+    if d.hash is not None:  # a shared node
+        return d.hash
     if d.kind.code == CUSTOM:
         aux = (_const_hash(d.aux[0]), d.aux[1])
     else:

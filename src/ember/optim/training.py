@@ -1,0 +1,94 @@
+"""``train_step``: the gradient of a loss and an optimizer update, fused into one call.
+
+Why: ``opt.update(params, ember.consume(grads), state)`` may write the new
+parameters into the gradients' buffers, but it pays for the gradients twice
+over: their structure is built, consumed leaf by leaf and flattened again,
+and each leaf becomes a marker the update spends. A training step that never
+hands the gradients to the caller can take them straight from the backward
+pass: the same update, the same bits, and the buffers reused wherever
+:func:`ember.consume`'s rules hold (nobody else holds them, not a view, not
+borrowed, a backend that writes in place).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .. import tree as _tree
+from ..autodiff import Tensor
+from ..autodiff._ownership import reuse_reason, writer
+from ..func._transforms import _check_options, _gradients, forward_backward, leaf_gradient
+from ._base import Optimizer, PathOptimizer, State
+
+__all__ = ["train_step"]
+
+
+def train_step(
+    loss_fn: Callable[..., Any],
+    optimizer: Optimizer,
+    *,
+    has_aux: bool = False,
+    checkpointing: str = "none",
+) -> Callable[..., tuple[Any, Any, State]]:
+    """Make ``step(params, state, *args, **kwargs) -> (loss, params, state)``.
+
+    One call computes ``loss_fn(params, *args, **kwargs)``, its gradient with
+    respect to ``params`` (as :func:`ember.value_and_grad`) and
+    ``optimizer.update``; with ``has_aux=True`` the first result is
+    ``(loss, aux)``. The gradients never reach the caller, so an optimizer
+    with an in-place form (``SGD``) writes the new parameters into their
+    buffers where ownership allows (parameters that are ember Tensors). The
+    results equal ``value_and_grad`` followed by ``update``, bit for bit.
+
+    >>> import ember, ember.autodiff.numpy as xp
+    >>> opt = ember.optim.SGD(0.1)
+    >>> step = ember.optim.train_step(lambda p: xp.sum(p["w"] ** 2), opt)
+    >>> params = {"w": xp.asarray([1.0, -2.0])}
+    >>> loss, params, state = step(params, opt.init(params))
+    >>> float(loss), params["w"].raw.tolist()
+    (5.0, [0.8, -1.6])
+    """
+    _check_options("train_step", checkpointing, "zeros")
+    name = getattr(loss_fn, "__name__", "f")
+    op = f"train_step({name}, has_aux=True)" if has_aux else f"train_step({name})"
+    update_op = f"{type(optimizer).__name__}.update"
+    fused = isinstance(optimizer, PathOptimizer)
+
+    def step(params: Any, state: State, *args: Any, **kwargs: Any) -> tuple[Any, Any, State]:
+        value, aux, per_arg, _ = forward_backward(
+            op, loss_fn, (0,), has_aux, checkpointing, (params, *args), kwargs
+        )
+        if not fused:  # any other Optimizer: the gradients as value_and_grad gives them
+            params, state = optimizer.update(params, _gradients(per_arg, "zeros")[0], state)
+            return ((value, aux) if has_aux else value), params, state
+        treedef, leaves, tracked = per_arg[0]
+        if treedef is None:  # params is one Tensor
+            leaves, treedef = _tree.flatten(params)
+        plan = optimizer._plan(update_op, leaves, treedef)
+        grad_list, into = [], []
+        T = None
+        clip = optimizer.clip_norm  # (clipping reads every gradient first: no None entries)
+        for i, _, _ in plan.trainable:
+            t = tracked[i]  # (trainable leaves are real floating: all tracked)
+            node = t.node
+            g = node.g
+            node.g = None  # the buffer's one holder now: this frame
+            r = t.tensor._value._value  # the parameter's backend array
+            if g.__class__ is r.__class__ and g.dtype == r.dtype and g.shape == r.shape and not t.raw_input:
+                if t.tensor.__class__ is not T:  # (one namespace, the usual case: looked up once)
+                    T = t.tensor.__class__
+                    d = T._ns._dispatch
+                    w = writer(d)
+                if clip is None and reuse_reason(d, g, r, 1)[0] is None:
+                    into.append((w, g))
+                    grad_list.append(None)  # (the update wraps it if it has no in-place form)
+                else:
+                    into.append(None)
+                    grad_list.append(d.make(g, None))
+            else:  # a Tensor (outer traces), None (unused), or one to fit: value_and_grad's form
+                grad_list.append(leaf_gradient(t, g, "zeros"))
+                into.append(None)
+        params, state = optimizer._update_leaves(update_op, leaves, treedef, plan, grad_list, into, state)
+        return ((value, aux) if has_aux else value), params, state
+
+    return step
