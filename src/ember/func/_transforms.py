@@ -41,16 +41,16 @@ NOT_ARRAY = (
 
 
 class _Leaf:
-    """Bookkeeping for one differentiated leaf: its tracked tensor and how to give back."""
+    """Bookkeeping for one differentiated leaf: its value one level down, its tape node, and
+    the handle the function receives (it may consume that one; the tape keeps ``inner``)."""
 
-    __slots__ = ("tensor", "node", "raw_input", "original", "handle")
+    __slots__ = ("inner", "node", "raw_input", "handle")
 
-    def __init__(self, tensor, node, raw_input, original, handle):
-        self.tensor = tensor
+    def __init__(self, inner, node, raw_input, handle):
+        self.inner = inner
         self.node = node
         self.raw_input = raw_input
-        self.original = original
-        self.handle = handle  # the function's own (it may consume it; the tape keeps ``tensor``)
+        self.handle = handle
 
 
 def _track(x, trace: Trace) -> _Leaf | None:
@@ -72,13 +72,10 @@ def _track(x, trace: Trace) -> _Leaf | None:
         node = Node()  # (make_node, inline: once per leaf per call)
         node.rule = node.args = node.params = node.ans = node.g = node.index = None
         node.parents, node.trace, node.ns = (), trace, ns
-        leaf = c()
-        leaf._value = t
-        leaf._node = node
         h = c()
         h._value = t
         h._node = node
-        return _Leaf(leaf, node, False, x, h)
+        return _Leaf(t, node, False, h)
     raw_input = not isinstance(x, Tensor)
     if raw_input:
         t = namespace(x).asarray(x)
@@ -88,7 +85,7 @@ def _track(x, trace: Trace) -> _Leaf | None:
     if not d.is_differentiable(t):
         return None
     node = make_node(None, None, None, (), None, trace, d.module)
-    return _Leaf(d.make(t, node), node, raw_input, x, d.make(t, node))
+    return _Leaf(t, node, raw_input, d.make(t, node))
 
 
 def _lower(x, trace: Trace):
@@ -144,9 +141,9 @@ def _gradients(per_arg, unused):
                 continue
             g = t.node.g
             if g is not None and not isinstance(g, Tensor):  # a backend array, from the raw backward
-                r = t.tensor._value._value  # the leaf's backend array
+                r = t.inner._value  # the leaf's backend array
                 if g.__class__ is r.__class__ and g.dtype == r.dtype and g.shape == r.shape:
-                    gs.append(g if t.raw_input else t.tensor._ns._dispatch.make(g, None))
+                    gs.append(g if t.raw_input else t.inner._ns._dispatch.make(g, None))
                     continue
             gs.append(leaf_gradient(t, g, unused))
         out.append(gs[0] if treedef is None else _tree.unflatten(treedef, gs))
@@ -162,11 +159,11 @@ def leaf_gradient(t: _Leaf, g: Any, unused: str) -> Any:
     if g is None:
         if unused == "none":
             return None
-        g = type(t.tensor)._ns.zeros_like(t.tensor._value)
+        g = type(t.inner)._ns.zeros_like(t.inner)
     elif not isinstance(g, Tensor):
-        g = t.tensor._ns._wrap(g)
-    if g.dtype != t.tensor.dtype or g.shape != t.tensor.shape:
-        g = _fit_leaf(g, t.tensor)
+        g = t.inner._ns._wrap(g)
+    if g.dtype != t.inner.dtype or g.shape != t.inner.shape:
+        g = _fit_leaf(g, t.inner)
     return raw_value(g) if t.raw_input else g
 
 

@@ -73,10 +73,10 @@ def train_step(
             node = t.node
             g = node.g
             node.g = None  # the buffer's one holder now: this frame
-            r = t.tensor._value._value  # the parameter's backend array
+            r = t.inner._value  # the parameter's backend array
             if g.__class__ is r.__class__ and g.dtype == r.dtype and g.shape == r.shape and not t.raw_input:
-                if t.tensor.__class__ is not T:  # (one namespace, the usual case: looked up once)
-                    T = t.tensor.__class__
+                if t.inner.__class__ is not T:  # (one namespace, the usual case: looked up once)
+                    T = t.inner.__class__
                     d = T._ns._dispatch
                     w = writer(d)
                 if clip is None and reuse_reason(d, g, r, 1)[0] is None:
