@@ -20,7 +20,7 @@ import weakref
 
 from .._config import CONFIG
 
-__all__ = ["Trace", "Node", "make_node", "active_traces", "live_traces", "backward"]
+__all__ = ["Trace", "Node", "LeafNode", "make_node", "active_traces", "live_traces", "backward"]
 
 #: Stack of traces that are open right now, innermost last.
 active_traces: list = []
@@ -122,6 +122,22 @@ class Node:
     def __repr__(self):
         name = self.rule.name if self.rule is not None else "leaf"
         return f"<Node {name} level={self.trace.level}>"
+
+
+class LeafNode:
+    """The node of a transform's input (a leaf of the tape): only ``g`` changes.
+
+    Its other fields are a :class:`Node`'s for a leaf, as class constants, so a
+    transform makes one per input with three stores (it makes one per parameter
+    per step).
+    """
+
+    __slots__ = ("g", "trace", "ns")
+    rule = args = params = ans = index = None
+    parents = ()
+
+    def __repr__(self):
+        return f"<Node leaf level={self.trace.level}>"
 
 
 def make_node(rule, args, params, parents, ans, trace, ns, index=None) -> Node:

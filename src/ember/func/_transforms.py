@@ -24,7 +24,7 @@ from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import share as _share
 from ..autodiff._rules._util import shapes_fit
 from ..autodiff._tensor import raw_value
-from ..autodiff._trace import Node, Trace, backward, make_node, quiet_gc
+from ..autodiff._trace import LeafNode, Trace, backward, quiet_gc
 
 __all__ = ["grad", "value_and_grad", "vjp", "stop_gradient"]
 
@@ -54,28 +54,10 @@ class _Leaf:
 
 
 def _track(x, trace: Trace) -> _Leaf | None:
-    """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating."""
-    c = x.__class__
-    ns = getattr(c, "_ns", None)
-    # a Tensor gets a fresh handle: the tape never holds the caller's object (ownership)
-    if ns is not None and c is ns._Tensor:  # a live Tensor (the usual case), inline
-        d = ns._dispatch
-        v = x._value
-        ok = d.floating.get(v.dtype)
-        if ok is None:
-            ok = d.is_differentiable(x)
-        if not ok:
-            return None
-        t = c()
-        t._value = v
-        t._node = x._node
-        node = Node()  # (make_node, inline: once per leaf per call)
-        node.rule = node.args = node.params = node.ans = node.g = node.index = None
-        node.parents, node.trace, node.ns = (), trace, ns
-        h = c()
-        h._value = t
-        h._node = node
-        return _Leaf(t, node, False, h)
+    """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating.
+
+    ``_trace_args`` does this itself for live Tensors (the usual leaf), inline.
+    """
     raw_input = not isinstance(x, Tensor)
     if raw_input:
         t = namespace(x).asarray(x)
@@ -84,7 +66,8 @@ def _track(x, trace: Trace) -> _Leaf | None:
     d = type(t)._ns._dispatch
     if not d.is_differentiable(t):
         return None
-    node = make_node(None, None, None, (), None, trace, d.module)
+    node = LeafNode()
+    node.g, node.trace, node.ns = None, trace, d.module
     return _Leaf(t, node, raw_input, d.make(t, node))
 
 
@@ -119,6 +102,31 @@ def _trace_args(args, argnums, trace):
         tracked = []
         handles = []
         for x in leaves:
+            c = x.__class__
+            ns = getattr(c, "_ns", None)
+            if ns is not None and c is ns._Tensor:  # a live Tensor (the usual case), inline:
+                ok = ns._dispatch.floating.get(x._value.dtype)
+                if ok is None:
+                    ok = ns._dispatch.is_differentiable(x)
+                if not ok:
+                    tracked.append(None)
+                    handles.append(x)
+                    continue
+                # the tape and the function get fresh handles, never the caller's (ownership)
+                t = c()
+                t._value = x._value
+                t._node = x._node
+                node = LeafNode()
+                node.g = None
+                node.trace = trace
+                node.ns = ns
+                h = c()
+                h._value = t
+                h._node = node
+                tracked.append(_Leaf(t, node, False, h))
+                handles.append(h)
+                raw_only = False
+                continue
             t = _track(x, trace)
             tracked.append(t)
             if t is None:

@@ -12,7 +12,9 @@ survives restarts and refactors (:func:`rename`), and follows a growing model
 under explicit policies (``on_new``, ``on_missing``). Parameter groups
 (:class:`Group`) and freezing select parameters by path pattern; learning
 rates may be schedules (:mod:`ember.optim.schedules`). :class:`Stateful`
-wraps an optimizer for loops that just step.
+wraps an optimizer for loops that just step. :func:`train_step` fuses the
+gradient and the update into one call (``loss, params, state = step(params,
+state, *batch)``), writing the new parameters into the gradients' buffers.
 
 >>> import numpy as np, ember.optim as optim
 >>> opt = optim.Stateful(optim.Adam(0.1), {"w": np.ones(2)})

@@ -384,10 +384,11 @@ class PathOptimizer:
                     new_p._value = new_value
                     new_p._node = None
                     new_states[pth] = new_slots = {"step": t}
-                    for n, v in raw_slots.items():
-                        new_slots[n] = x = T()
-                        x._value = v
-                        x._node = None
+                    if raw_slots:
+                        for n, v in raw_slots.items():
+                            new_slots[n] = x = T()
+                            x._value = v
+                            x._node = None
                     continue
                 if g is None:
                     g = p._ns._dispatch.make(buf, None)
