@@ -400,10 +400,13 @@ class _Dispatcher:
                     parents.append(None)
                     continue
                 tr = n.trace
+                if tr is not top:  # (the first tracked argument; later ones must share its trace)
+                    if top is not None or not tr.active:
+                        return _GENERAL
+                    top = tr
                 low = a._value
-                if low._node is not None or not tr.active or (top is not None and tr is not top):
+                if low._node is not None:
                     return _GENERAL
-                top = tr
                 raw.append(low._value)
                 inner.append(low)
                 parents.append(n)
@@ -437,8 +440,14 @@ class _Dispatcher:
         if not ok:
             return ans
         node = Node()  # (make_node, inline: this is the hot path)
-        node.rule, node.args, node.params, node.parents, node.ans = rule, tuple(inner), params, tuple(parents), ans
-        node.g, node.trace, node.ns, node.index = None, top, self.module, None
+        node.rule = rule
+        node.args = tuple(inner)
+        node.params = params
+        node.parents = tuple(parents)
+        node.ans = ans
+        node.g = node.index = None
+        node.trace = top
+        node.ns = self.module
         top.nodes.append(node)
         if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
             top.saver(node, impl)
