@@ -9,7 +9,6 @@ unstack, broadcast_arrays, diff) and the backend's own function otherwise.
 
 from __future__ import annotations
 
-import math
 import warnings
 
 from ._tensor import Tensor, raw_value
@@ -171,7 +170,7 @@ def build(d) -> dict:
         return e / rsum(e, axis=axis, keepdims=True)
 
     rmean = R.mean
-    from ._rules._util import known
+    from ._rules._util import rows
 
     def ce_loss(terms, axis, reduction):
         """``-sum(terms)`` along ``axis`` per row ("none"), or its sum or mean over the rows,
@@ -184,10 +183,9 @@ def build(d) -> dict:
             return total
         shape = terms.shape
         if -len(shape) <= axis < len(shape):  # else the per-row sum raises the axis error
-            others = [n for i, n in enumerate(shape) if i != axis % len(shape)]
-            # sizes known and rows there (none: the mean's own NaN and warning, below)
-            if known(others) and math.prod(others):
-                return total / math.prod(others)
+            n = rows(shape, axis % len(shape))
+            if n:  # sizes known and rows there (none: the mean's own NaN and warning, below)
+                return total / n
         return rmean(-rsum(terms, axis=axis))
 
     def softmax_cross_entropy_impl(z, t, axis, reduction="none"):

@@ -147,6 +147,18 @@ def known(shape) -> bool:
     return all(n.__class__ is int for n in shape)
 
 
+def rows(shape, axis):
+    """How many rows (positions of every axis but ``axis``, a valid non-negative axis) a
+    shape has, or None where a size is unknown (the cross-entropy's mean)."""
+    n = 1
+    for i, size in enumerate(shape):
+        if i != axis:
+            if size.__class__ is not int:
+                return None
+            n *= size
+    return n
+
+
 def count(ns, x, axis):
     """How many elements of ``x`` a reduction over ``axis`` takes into each result: an int,
     or, where sizes are unknown, a lazy array of the result's shape with kept dims (the

@@ -37,7 +37,7 @@ import cmath
 import math
 
 from ._base import defvjp
-from ._util import cj, count, expand_reduced, fit, known, products_exact, select
+from ._util import cj, count, expand_reduced, fit, products_exact, rows, select
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -285,11 +285,10 @@ def _ce_rows(ns, g, z, axis, reduction):
     axis %= z.ndim
     if reduction == "none":  # (expand_reduced: also for sizes the backend computes later)
         return expand_reduced(ns, g, z, axis, False)
-    others = [n for i, n in enumerate(z.shape) if i != axis]
-    if not known(others):  # sizes the backend computes later: counted lazily
+    n = rows(z.shape, axis)
+    if n is None:  # sizes the backend computes later: counted lazily
         return g / count(ns, z, tuple(i for i in range(z.ndim) if i != axis))
-    rows = math.prod(others)
-    return g / rows if rows else g  # no rows: nothing to scale (an empty gradient)
+    return g / n if n else g  # no rows: nothing to scale (an empty gradient)
 
 
 def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none", dz=None):
