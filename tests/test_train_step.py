@@ -208,6 +208,20 @@ def test_train_step_with_any_optimizer_of_the_protocol():
     assert float(loss.raw) == 5.0 and new["w"].raw.tolist() == [0.0, 0.0] and state == {"step": 1}
 
 
+def test_train_step_calls_an_overridden_update():
+    class Logged(optim.SGD):  # a subclass that changes update: train_step must go through it
+        calls = 0
+
+        def update(self, params, grads, state):
+            Logged.calls += 1
+            return super().update(params, grads, state)
+
+    params = {"w": xp.asarray([1.0, 2.0])}
+    opt = Logged(0.5)
+    _, new, _ = optim.train_step(lambda p: xp.sum(p["w"] ** 2), opt)(params, opt.init(params))
+    assert Logged.calls == 1 and new["w"].raw.tolist() == [0.0, 0.0]
+
+
 def test_train_step_one_tensor_and_errors():
     opt = optim.SGD(0.25)
     w = xp.asarray([2.0, 4.0])

@@ -52,13 +52,14 @@ def train_step(
     name = getattr(loss_fn, "__name__", "f")
     op = f"train_step({name}, has_aux=True)" if has_aux else f"train_step({name})"
     update_op = f"{type(optimizer).__name__}.update"
-    fused = isinstance(optimizer, PathOptimizer)
+    # PathOptimizers take the gradients straight from the tape (unless a subclass changed update)
+    fused = isinstance(optimizer, PathOptimizer) and type(optimizer).update is PathOptimizer.update
 
     def step(params: Any, state: State, *args: Any, **kwargs: Any) -> tuple[Any, Any, State]:
         value, aux, per_arg, _ = forward_backward(
             op, loss_fn, (0,), has_aux, checkpointing, (params, *args), kwargs
         )
-        if not fused:  # any other Optimizer: the gradients as value_and_grad gives them
+        if not fused:  # any other optimizer: the gradients as value_and_grad gives them
             params, state = optimizer.update(params, _gradients(per_arg, "zeros")[0], state)
             return ((value, aux) if has_aux else value), params, state
         treedef, leaves, tracked = per_arg[0]
