@@ -439,15 +439,7 @@ class _Dispatcher:
             ok = self.is_differentiable(ans)
         if not ok:
             return ans
-        node = Node()  # (make_node, inline: this is the hot path)
-        node.rule = rule
-        node.args = tuple(inner)
-        node.params = params
-        node.parents = tuple(parents)
-        node.ans = ans
-        node.g = node.index = None
-        node.trace = top
-        node.ns = self.module
+        node = make_node(rule, tuple(inner), params, tuple(parents), ans, top, self.module)
         top.nodes.append(node)
         if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
             top.saver(node, impl)

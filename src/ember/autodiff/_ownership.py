@@ -548,7 +548,7 @@ def mark_borrowed(r) -> None:
 
 def is_borrowed(r) -> bool:
     """True when ``r``'s memory belongs to an array passed in without a copy."""
-    o = _owner(r)
+    o = r if getattr(r, "base", None) is None else _owner(r)  # (no walk for an owner)
     if o is None:
         return True
     if not _borrowed:
@@ -617,14 +617,12 @@ def _static_reason(d, x):
 def _buffer_reason(d, r):
     """Why backend array ``r``'s memory may not be written in place whatever the op (or
     None): the backend cannot, the memory is borrowed, ``r`` is a view, or read-only."""
-    if _WRITES.get(d) is not True and not _backend_writes(d):
+    if not _backend_writes(d):
         return "backend"
+    if is_borrowed(r):
+        return "borrowed"
     if getattr(r, "base", None) is not None:
-        return "borrowed" if is_borrowed(r) else "view"
-    if _borrowed:  # (r owns its memory: is_borrowed's lookup, without its walk)
-        ref = _borrowed.get(id(r))
-        if ref is not None and ref() is r:
-            return "borrowed"
+        return "view"
     flags = getattr(r, "flags", None)
     if flags is not None and not getattr(flags, "writeable", True):
         return "readonly"

@@ -136,6 +136,11 @@ class LeafNode:
     rule = args = params = ans = index = None
     parents = ()
 
+    def __init__(self, trace, ns):
+        self.g = None
+        self.trace = trace
+        self.ns = ns
+
     def __repr__(self):
         return f"<Node leaf level={self.trace.level}>"
 

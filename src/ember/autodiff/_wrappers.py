@@ -269,19 +269,7 @@ def build(d) -> dict:
             y = y + b
         return maximum(y, 0) if relu else y
 
-    linear_kernel = d.fixes.get("_linear") or linear_impl
-    linear_generic = fast_generic("_linear", linear_kernel)
-
-    def linear(x, w, b=None, /, *, relu=False):
-        # a weight traced one level deep (training): recorded without the generic wrapper's
-        # argument loop; everything else (markers, raw arrays, nested traces) goes through it
-        if w.__class__ is T and w._node is not None and not d._claims:
-            res = record("_linear", linear_kernel, (x, w, b), {"relu": relu})
-            if res is not _GENERAL:
-                return res
-        return linear_generic(x, w, b, relu=relu)
-
-    out["_linear"] = linear
+    out["_linear"] = fast_generic("_linear", d.fixes.get("_linear") or linear_impl)
 
     def copy_impl(x):
         return xp.asarray(x, copy=True)

@@ -66,8 +66,7 @@ def _track(x, trace: Trace) -> _Leaf | None:
     d = type(t)._ns._dispatch
     if not d.is_differentiable(t):
         return None
-    node = LeafNode()
-    node.g, node.trace, node.ns = None, trace, d.module
+    node = LeafNode(trace, d.module)
     return _Leaf(t, node, raw_input, d.make(t, node))
 
 
@@ -116,10 +115,7 @@ def _trace_args(args, argnums, trace):
                 t = c()
                 t._value = x._value
                 t._node = x._node
-                node = LeafNode()
-                node.g = None
-                node.trace = trace
-                node.ns = ns
+                node = LeafNode(trace, ns)
                 h = c()
                 h._value = t
                 h._node = node

@@ -66,10 +66,7 @@ def linear(x: Any, weight: Any, bias: Any = None, *, activation: Callable[[Any],
     >>> linear(xp.ones((2, 3)), xp.ones((4, 3)), xp.zeros(4), activation=relu).shape
     (2, 4)
     """
-    c = weight.__class__  # an ember Tensor's namespace (its op checks the other arguments)
-    xp = getattr(c, "_ns", None)
-    if c is not getattr(xp, "_Tensor", None):
-        xp = namespace(x, weight, bias)
+    xp = namespace(x, weight, bias)
     fused = getattr(xp, "_linear", None)
     if fused is not None and (activation is None or activation is relu):
         return fused(x, weight, bias, relu=activation is relu)

@@ -149,7 +149,8 @@ def known(shape) -> bool:
 
 def rows(shape, axis):
     """How many rows (positions of every axis but ``axis``, a valid non-negative axis) a
-    shape has, or None where a size is unknown (the cross-entropy's mean)."""
+    shape has, or None where a size is unknown (the cross-entropy forward's mean; its VJP
+    uses :func:`count`, which also counts unknown sizes lazily)."""
     n = 1
     for i, size in enumerate(shape):
         if i != axis:

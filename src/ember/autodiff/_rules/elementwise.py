@@ -37,7 +37,7 @@ import cmath
 import math
 
 from ._base import defvjp
-from ._util import cj, count, expand_reduced, fit, products_exact, rows, select
+from ._util import cj, count, expand_reduced, fit, products_exact, select
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -285,10 +285,8 @@ def _ce_rows(ns, g, z, axis, reduction):
     axis %= z.ndim
     if reduction == "none":  # (expand_reduced: also for sizes the backend computes later)
         return expand_reduced(ns, g, z, axis, False)
-    n = rows(z.shape, axis)
-    if n is None:  # sizes the backend computes later: counted lazily
-        return g / count(ns, z, tuple(i for i in range(z.ndim) if i != axis))
-    return g / n if n else g  # no rows: nothing to scale (an empty gradient)
+    rows = count(ns, z, tuple(i for i in range(z.ndim) if i != axis))  # lazy where unknown
+    return g / rows if rows.__class__ is not int or rows else g  # no rows: an empty gradient
 
 
 def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none", dz=None):
