@@ -228,18 +228,20 @@ class PathOptimizer:
         return out
 
     def _plan(self, op: str, leaves: list[Any], td: Any) -> _Plan:
-        try:  # the leaves' array types and dtypes decide their kinds: found without a Python loop
-            seen = (td, tuple(map(type, leaves)), tuple(map(_DTYPE, leaves)))
-            plan = self._plans.get(seen)
-        except (AttributeError, TypeError):  # a leaf without a (hashable) dtype
-            seen = plan = None
+        """The plan of a structure, cached by treedef and the leaves' array types and dtypes
+        (which decide their kinds: the key is found without a Python loop)."""
+        try:
+            key = (td, tuple(map(type, leaves)), tuple(map(_DTYPE, leaves)))
+            plan = self._plans.get(key)
+        except (AttributeError, TypeError):  # a leaf without a (hashable) dtype: not cached
+            key = plan = None
         if plan is not None:
             return plan
         plan = self._plan_of(op, leaves, td)
-        if seen is not None:
+        if key is not None:
             if len(self._plans) >= 16:  # a bounded cache; structures rarely change
                 self._plans.clear()
-            self._plans[seen] = plan
+            self._plans[key] = plan
         return plan
 
     def _plan_of(self, op: str, leaves: list[Any], td: Any) -> _Plan:
@@ -250,10 +252,6 @@ class PathOptimizer:
             mask.append(k == "real")
             if k == "complex":
                 complex_at.append(i)
-        key = (td, tuple(mask))
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
         paths = [str(p) for p in td.paths()]
         if complex_at:
             cpaths = [paths[i] for i in complex_at if not (self._frozen and self._frozen(paths[i]))]
@@ -270,11 +268,7 @@ class PathOptimizer:
                 trainable_idx.append(i)
         tpaths = [paths[i] for i in trainable_idx]
         gidx = assign(self.groups, tpaths, op) if self.groups else [0] * len(tpaths)
-        plan = _Plan(paths, [(i, pth, gi) for i, pth, gi in zip(trainable_idx, tpaths, gidx)], frozen)
-        if len(self._plans) >= 16:  # a bounded cache; structures rarely change
-            self._plans.clear()
-        self._plans[key] = plan
-        return plan
+        return _Plan(paths, [(i, pth, gi) for i, pth, gi in zip(trainable_idx, tpaths, gidx)], frozen)
 
     def trainable_paths(self, params: Any) -> list[str]:
         """Paths (text) of the parameters this optimizer updates: real floating, not frozen."""
@@ -378,7 +372,7 @@ class PathOptimizer:
                     k = kernels[gi, w] = self._inplace(w, hps[gi])
                 if k is not None:
                     T = p.__class__
-                    raw = {n: s[n]._value if s[n].__class__ is T else s[n] for n in names} if names else s
+                    raw = {n: s[n]._value if s[n].__class__ is T else s[n] for n in names} if names else {}
                     new_value, raw_slots = k(buf, p._value, raw, t)
                     new_leaves[i] = new_p = T()
                     new_p._value = new_value

@@ -129,19 +129,20 @@ def _dict_order(d: dict[Any, Any]) -> tuple[Any, ...]:
 
 def _children(xs: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> tuple[Any, ...]:
     """The treedef nodes of a container's children; leaves of known types without a call each."""
-    if is_leaf is not None:
-        return tuple([_flat(c, out, is_leaf) for c in xs])
     nodes = None  # while every child is a leaf: the shared tuple of leaf nodes (see _leaves)
     get = _DISPATCH.get
     for i, c in enumerate(xs):
-        if get(c.__class__) is LEAF:  # an array, the usual child of a parameter container
+        if is_leaf is None and get(c.__class__) is LEAF:  # an array: the usual child
             out.append(c)
             if nodes is not None:
                 nodes.append(_LEAF)
-        else:
-            if nodes is None:
-                nodes = [_LEAF] * i
-            nodes.append(_flat(c, out, None))
+            continue
+        n = _flat(c, out, is_leaf)
+        if nodes is None:
+            if n is _LEAF:  # (a leaf of a type met for the first time, or one is_leaf picked)
+                continue
+            nodes = [_LEAF] * i
+        nodes.append(n)
     return _leaves(len(xs)) if nodes is None else tuple(nodes)
 
 
@@ -206,15 +207,10 @@ def _shared(kind: _NodeType, aux: Any, children: tuple[Any, ...]) -> _Node:
     nodes are shared (constants compare by value); dict keys count with their types
     (``{1: a}`` and ``{True: a}`` rebuild differently). A bounded table.
     """
-    if children is not _LEAVES.get(len(children)):
-        leafy = True
+    if children is not _LEAVES.get(len(children)):  # (_children gives leaves that tuple)
         for c in children:
-            if c is not _LEAF:
-                if c.__class__ is not _Node or c.hash is None:
-                    return _Node(kind, aux, _EMPTY, children)
-                leafy = False
-        if leafy:  # (a type flatten met for the first time: the shared tuple, for _build)
-            children = _leaves(len(children))
+            if c is not _LEAF and (c.__class__ is not _Node or c.hash is None):
+                return _Node(kind, aux, _EMPTY, children)
     key = (kind, aux, None if aux is None else tuple(builtins.map(type, aux)), children)
     node = _SHARED.get(key)
     if node is None:
