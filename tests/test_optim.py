@@ -185,6 +185,24 @@ def test_array_api_strict_matches_numpy(name):
     np.testing.assert_allclose(back(params)["layer"]["weight"], ref["layer"]["weight"], rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_raw_zero_d_parameters_stay_arrays(name, dtype):
+    # NumPy arithmetic on 0-d arrays gives scalars (numpy.float64); params and slots stay
+    # 0-d arrays of the parameter's dtype, with the values of the same step on shape (1,)
+    opt = OPTIMIZERS[name]()
+    p0 = {"s": np.asarray(0.5, dtype=dtype), "v": np.asarray([0.5], dtype=dtype)}
+    params, state = p0, opt.init(p0)
+    for k in range(3):
+        g = np.asarray(0.25 * (k + 1), dtype=dtype)
+        params, state = opt.update(params, {"s": g, "v": g.reshape(1)}, state)
+    for leaf in (params["s"], *(v for n, v in state["params"]["s"].items() if n != "step")):
+        assert type(leaf) is np.ndarray and leaf.shape == () and leaf.dtype == dtype
+    for n, v in state["params"]["s"].items():
+        np.testing.assert_array_equal(np.reshape(v, (1,)), state["params"]["v"][n])
+    np.testing.assert_array_equal(params["s"].reshape(1), params["v"])
+
+
 def test_ember_tensors_and_ember_grad():
     xp = pytest.importorskip("ember.autodiff.numpy")
 

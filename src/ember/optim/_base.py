@@ -388,7 +388,11 @@ class PathOptimizer:
                     g = p._ns._dispatch.make(buf, None)
             if g.shape != p.shape:
                 raise ShapeError(GRAD_SHAPE.format(op=op, path=pth, gshape=tuple(g.shape), pshape=tuple(p.shape)))
-            new_p, new_slots = self._apply(namespace(p), p, g, {k: s[k] for k in names}, hps[gi], t)
+            xp = namespace(p)
+            new_p, new_slots = self._apply(xp, p, g, {k: s[k] for k in names}, hps[gi], t)
+            if new_p.__class__ is not p.__class__:  # a raw 0-d NumPy parameter: arithmetic gives scalars
+                new_p = xp.asarray(new_p)
+                new_slots = {n: xp.asarray(v) for n, v in new_slots.items()}
             new_leaves[i] = new_p
             new_slots["step"] = t
             new_states[pth] = new_slots
