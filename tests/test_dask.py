@@ -205,12 +205,15 @@ def test_unknown_sizes_in_gradient_give_clear_error():
         ember.grad(lambda x: xd.sum(xd.reshape(x[x > 0.0], (-1,)) ** 2))(x)
 
 
+@pytest.mark.parametrize("targets", ["probabilities", "indices"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_gradient_with_unknown_row_count(reduction):
+def test_cross_entropy_gradient_with_unknown_row_count(reduction, targets):
     # rows picked by a boolean mask: Dask knows their number only after computing (NaN);
-    # the mean's gradient counts them lazily instead of dividing by NaN
+    # the mean's gradient counts them lazily instead of dividing by NaN, and class indices
+    # become one-hot rows without a reshape (which needs the sizes)
     rng = np.random.default_rng(0)
-    z, t = rng.standard_normal((6, 3)), np.eye(3)[[0, 1, 2, 0, 1, 2]]
+    labels = np.array([0, 1, 2, 0, 1, 2])
+    z, t = rng.standard_normal((6, 3)), (np.eye(3)[labels] if targets == "probabilities" else labels)
     keep = np.array([1, 0, 1, 1, 0, 1], bool)  # every chunk keeps a row (Dask's max needs one)
     mask = da.from_array(keep, chunks=3)
     zd = xd.asarray(da.from_array(z, chunks=3)[mask])
@@ -224,6 +227,24 @@ def test_cross_entropy_gradient_with_unknown_row_count(reduction):
     want_value, want = ember.value_and_grad(loss(xn, xn.asarray(t[keep])))(xn.asarray(z[keep]))
     np.testing.assert_allclose(float(ember.compute(value).raw), float(want_value))
     np.testing.assert_allclose(ember.compute(g).raw, want.raw, rtol=1e-12)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, 2, -3])
+def test_expand_dims_and_its_gradient_at_unknown_sizes(axis):
+    x = np.random.default_rng(2).standard_normal((6, 2))
+    keep = np.array([1, 0, 1, 1, 0, 1], bool)
+    m = xd.asarray(da.from_array(x, chunks=3)[da.from_array(keep, chunks=3)])
+
+    def f(ns, v):
+        e = ns.expand_dims(v * v, axis=axis)
+        return ns.sum(ns.sin(e) * e), e
+
+    (_, e), g = ember.value_and_grad(lambda v: f(xd, v), has_aux=True)(m)
+    (_, want_e), want = ember.value_and_grad(lambda v: f(xn, v), has_aux=True)(xn.asarray(x[keep]))
+    np.testing.assert_array_equal(ember.compute(e).raw, want_e.raw)
+    np.testing.assert_allclose(ember.compute(g).raw, want.raw, rtol=1e-12)
+    with pytest.raises(IndexError, match="axis 3 is out of range"):
+        xd.expand_dims(m, axis=3)
 
 
 _REDUCTIONS_OF_UNKNOWN_ROWS = {

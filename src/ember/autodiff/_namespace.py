@@ -86,12 +86,12 @@ def op_error(op: str, exc: Exception, args) -> Exception:
     if len(devices) > 1 or any(w in str(exc).lower() for w in _DEVICE_WORDS):
         return BackendError(DEVICE_MIXING.format(
             op=op, devices=", ".join(map(str, devices)) or "differing devices", msg=exc))
+    if isinstance(exc, IndexError):  # e.g. numpy's AxisError (ValueError and IndexError): keep both
+        return exc
     if any(_unknown(a.shape) for a in arrays):
         return ShapeError(UNKNOWN_SIZES.format(op=op, shapes=shapes, msg=exc))
     dtypes = ", ".join(str(a.dtype) for a in arrays)
     msg = str(exc)
-    if isinstance(exc, IndexError):  # e.g. numpy's AxisError (ValueError and IndexError): keep both
-        return exc
     if isinstance(exc, ValueError) and any(
         w in msg.lower() for w in ("broadcast", "shape", "dimension", "mismatch", "size", "axis")
     ):

@@ -547,6 +547,20 @@ def backend_fixes(xp) -> dict:
             return xp.where(x == 0, xp.zeros_like(r), r)
 
         fixes["sign"] = _result_fix(xp.sign, cplx, sign)
+    if getattr(xp, "__name__", "").startswith("array_api_compat.dask"):
+        raw_expand = xp.expand_dims  # dask reshapes, which needs every size
+
+        def expand_dims(x, /, *, axis=0):
+            # at unknown (NaN) sizes (after boolean-mask indexing) index with None instead
+            n = x.ndim + 1
+            if all(s == s for s in x.shape):
+                return raw_expand(x, axis=axis)
+            if not -n <= axis < n:
+                raise IndexError(f"expand_dims: axis {axis} is out of range for the result's {n} "
+                                 f"axes (valid: {-n} to {n - 1})")
+            return x[(slice(None),) * (axis % n) + (None, ...)]
+
+        fixes["expand_dims"] = expand_dims
     return fixes
 
 

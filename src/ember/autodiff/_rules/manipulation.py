@@ -79,7 +79,7 @@ def _sort(ns, g, ans, x, *, axis=-1, descending=False, stable=True):
 
 defvjp("reshape", lambda ns, g, ans, x, shape, **kw: ns.reshape(g, x.shape))
 defvjp("permute_dims", lambda ns, g, ans, x, axes: ns.permute_dims(g, _inverse([a % x.ndim for a in axes])))
-defvjp("expand_dims", lambda ns, g, ans, x, axis=0: ns.reshape(g, x.shape))
+defvjp("expand_dims", lambda ns, g, ans, x, axis=0: ns.squeeze(g, axis=axis))  # (sizes may be unknown)
 defvjp("squeeze", lambda ns, g, ans, x, axis=None: ns.reshape(g, x.shape))
 defvjp("flip", lambda ns, g, ans, x, *, axis=None: ns.flip(g, axis=axis))
 defvjp("roll", _roll)
