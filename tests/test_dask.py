@@ -205,16 +205,17 @@ def test_unknown_sizes_in_gradient_give_clear_error():
         ember.grad(lambda x: xd.sum(xd.reshape(x[x > 0.0], (-1,)) ** 2))(x)
 
 
+@pytest.mark.parametrize("keep", [[1, 0, 1, 1, 0, 1], [1, 1, 0, 0, 0, 0]], ids=["rows in each chunk", "a chunk emptied"])
 @pytest.mark.parametrize("targets", ["probabilities", "indices"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_gradient_with_unknown_row_count(reduction, targets):
+def test_cross_entropy_gradient_with_unknown_row_count(reduction, targets, keep):
     # rows picked by a boolean mask: Dask knows their number only after computing (NaN);
     # the mean's gradient counts them lazily instead of dividing by NaN, and class indices
     # become one-hot rows without a reshape (which needs the sizes)
     rng = np.random.default_rng(0)
     labels = np.array([0, 1, 2, 0, 1, 2])
     z, t = rng.standard_normal((6, 3)), (np.eye(3)[labels] if targets == "probabilities" else labels)
-    keep = np.array([1, 0, 1, 1, 0, 1], bool)  # every chunk keeps a row (Dask's max needs one)
+    keep = np.array(keep, bool)
     mask = da.from_array(keep, chunks=3)
     zd = xd.asarray(da.from_array(z, chunks=3)[mask])
     td = xd.asarray(da.from_array(t, chunks=3)[mask])
@@ -245,6 +246,22 @@ def test_expand_dims_and_its_gradient_at_unknown_sizes(axis):
     np.testing.assert_allclose(ember.compute(g).raw, want.raw, rtol=1e-12)
     with pytest.raises(IndexError, match="axis 3 is out of range"):
         xd.expand_dims(m, axis=3)
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("axis,keepdims", [(1, False), (-1, True), ((1,), False)])
+def test_extrema_with_a_chunk_emptied_by_a_mask(name, axis, keepdims):
+    # Dask's own tree reduction fails on an emptied block; along axes of one chunk (the
+    # classes of cross-entropy's row-wise shift) ember reduces each block on its own
+    x = np.random.default_rng(3).standard_normal((6, 3))
+    keep = np.array([0, 1, 1, 0, 0, 0], bool)
+    m = xd.asarray(da.from_array(x, chunks=3)[da.from_array(keep, chunks=3)])
+    f = lambda ns, v: getattr(ns, name)(v * v, axis=axis, keepdims=keepdims)  # noqa: E731
+    got, pull = ember.vjp(lambda v: f(xd, v), m)
+    want, want_pull = ember.vjp(lambda v: f(xn, v), xn.asarray(x[keep]))
+    np.testing.assert_array_equal(ember.compute(got).raw, want.raw)
+    g, want_g = pull(xd.ones_like(got))[0], want_pull(xn.ones_like(want))[0]
+    np.testing.assert_array_equal(ember.compute(g).raw, want_g.raw)
 
 
 _REDUCTIONS_OF_UNKNOWN_ROWS = {

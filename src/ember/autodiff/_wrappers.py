@@ -561,7 +561,38 @@ def backend_fixes(xp) -> dict:
             return x[(slice(None),) * (axis % n) + (None, ...)]
 
         fixes["expand_dims"] = expand_dims
+        fixes["max"], fixes["min"] = _dask_extremum(xp.max, "max"), _dask_extremum(xp.min, "min")
     return fixes
+
+
+def _dask_extremum(raw, name):
+    """Dask's ``max``/``min`` along axes, blockwise where each reduced axis is one chunk.
+
+    Why: Dask's tree reduction fails on a block that a boolean mask emptied (it
+    reduces a zero-size intermediate), so a row-wise max (cross-entropy's
+    shift) of filtered rows failed at compute time. Reducing each block on its
+    own needs no intermediate.
+    """
+
+    def extremum(x, /, *, axis=None, keepdims=False):
+        if axis is None or all(s == s for s in x.shape):
+            return raw(x, axis=axis, keepdims=keepdims)
+        try:
+            axes = tuple(sorted({a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis)}))
+        except (TypeError, ZeroDivisionError):
+            return raw(x, axis=axis, keepdims=keepdims)
+        if any(len(x.chunks[a]) != 1 or x.shape[a] != x.shape[a] for a in axes):
+            return raw(x, axis=axis, keepdims=keepdims)
+
+        def block(b):
+            return getattr(b, name)(axis=axes, keepdims=keepdims)
+
+        if keepdims:
+            chunks = tuple((1,) if i in axes else c for i, c in enumerate(x.chunks))
+            return x.map_blocks(block, chunks=chunks, dtype=x.dtype)
+        return x.map_blocks(block, drop_axis=axes, dtype=x.dtype)
+
+    return extremum
 
 
 def _result_fix(plain, dtypes, correct):

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 from .. import tree as _tree
 from ..autodiff import Tensor, namespace
+from ..autodiff._rules._util import shapes_fit
 from ..autodiff._tensor import raw_value
 from ._transforms import grad, vjp
 
@@ -89,7 +90,7 @@ def _transpose_vjp(f: Callable, primals: tuple):
 
 def _check_tangents(primals, tangents):
     def check(path, p, t):
-        if _is_array(p) and _is_array(t) and tuple(p.shape) != tuple(t.shape):
+        if _is_array(p) and _is_array(t) and not shapes_fit(tuple(p.shape), tuple(t.shape)):
             raise ValueError(
                 TANGENT_SHAPE.format(path=str(path) or "<root>", tshape=tuple(t.shape), pshape=tuple(p.shape))
             )

@@ -343,10 +343,11 @@ def vjp(f: Callable, *primals: Any, has_aux: bool = False, checkpointing: str = 
             if isinstance(o, Tensor) and o._node is not None and o._node.trace is trace:
                 ns = type(o)._ns
                 c = ns.asarray(c) if not isinstance(c, Tensor) else c
-                if tuple(c.shape) != tuple(o.shape):
+                if not shapes_fit(tuple(c.shape), tuple(o.shape)):  # (unknown sizes fit any)
                     raise ValueError(
                         f"vjp: cotangent shape {tuple(c.shape)} does not match the output "
-                        f"shape {tuple(o.shape)}"
+                        f"shape {tuple(o.shape)}; give one of the output's shape (e.g. "
+                        "xp.ones_like(out))"
                     )
                 seeds.append((o._node, c))
         for _, _, tracked in per_arg:
