@@ -550,10 +550,10 @@ def backend_fixes(xp) -> dict:
     if getattr(xp, "__name__", "").startswith("array_api_compat.dask"):
         raw_expand = xp.expand_dims  # dask reshapes, which needs every size
 
-        def expand_dims(x, /, *, axis=0):
+        def expand_dims(x, /, axis=0):  # (2024.12: axis may be positional)
             # at unknown (NaN) sizes (after boolean-mask indexing) index with None instead
             n = x.ndim + 1
-            if all(s == s for s in x.shape):
+            if all(s == s for s in x.shape) or not isinstance(axis, int):  # (2025.12: tuples)
                 return raw_expand(x, axis=axis)
             if not -n <= axis < n:
                 raise IndexError(f"expand_dims: axis {axis} is out of range for the result's {n} "
