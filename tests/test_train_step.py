@@ -189,6 +189,8 @@ def test_train_step_on_raw_numpy_parameters_gives_raw_results():
     want_loss, g = ember.value_and_grad(loss_fn)(raw, xt, yt)
     want, want_state = opt.update(raw, g, opt.init(raw))
     assert not any(isinstance(a, ember.Tensor) for a in tree.leaves(new))  # NumPy's own types
+    assert type(new["scale"]) is np.ndarray and new["scale"].shape == ()  # 0-d stays an array
+    assert type(state["params"]["scale"]["momentum"]) is np.ndarray
     assert float(loss) == float(want_loss)
     _assert_same(new, want)
     _assert_same(state, want_state)
