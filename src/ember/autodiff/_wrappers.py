@@ -548,12 +548,14 @@ def backend_fixes(xp) -> dict:
 
         fixes["sign"] = _result_fix(xp.sign, cplx, sign)
     if getattr(xp, "__name__", "").startswith("array_api_compat.dask"):
+        from ._namespace import _unknown
+
         raw_expand = xp.expand_dims  # dask reshapes, which needs every size
 
         def expand_dims(x, /, axis=0):  # (2024.12: axis may be positional)
             # at unknown (NaN) sizes (after boolean-mask indexing) index with None instead
             n = x.ndim + 1
-            if all(s == s for s in x.shape) or not isinstance(axis, int):  # (2025.12: tuples)
+            if not _unknown(x.shape) or not isinstance(axis, int):  # (2025.12: tuples of axes)
                 return raw_expand(x, axis=axis)
             if not -n <= axis < n:
                 raise IndexError(f"expand_dims: axis {axis} is out of range for the result's {n} "
@@ -561,11 +563,11 @@ def backend_fixes(xp) -> dict:
             return x[(slice(None),) * (axis % n) + (None, ...)]
 
         fixes["expand_dims"] = expand_dims
-        fixes["max"], fixes["min"] = _dask_extremum(xp.max, "max"), _dask_extremum(xp.min, "min")
+        fixes["max"], fixes["min"] = (_dask_extremum(getattr(xp, n), n, _unknown) for n in ("max", "min"))
     return fixes
 
 
-def _dask_extremum(raw, name):
+def _dask_extremum(raw, name, unknown):
     """Dask's ``max``/``min`` along axes, blockwise where each reduced axis is one chunk.
 
     Why: Dask's tree reduction fails on a block that a boolean mask emptied (it
@@ -575,13 +577,13 @@ def _dask_extremum(raw, name):
     """
 
     def extremum(x, /, *, axis=None, keepdims=False):
-        if axis is None or all(s == s for s in x.shape):
+        if axis is None or not unknown(x.shape):
             return raw(x, axis=axis, keepdims=keepdims)
         try:
             axes = tuple(sorted({a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis)}))
         except (TypeError, ZeroDivisionError):
             return raw(x, axis=axis, keepdims=keepdims)
-        if any(len(x.chunks[a]) != 1 or x.shape[a] != x.shape[a] for a in axes):
+        if any(len(x.chunks[a]) != 1 or unknown((x.shape[a],)) for a in axes):
             return raw(x, axis=axis, keepdims=keepdims)
 
         def block(b):
