@@ -9,6 +9,9 @@ the batch), backward, and the update ``p - lr * g`` for every parameter.
 Parameters are carried from step to step.  Implementations:
 
 - ``numpy``          hand-written forward and backward (reference)
+- ``numpy-inplace``  the same written with ember's kernels: weights ``(out, in)``, bias and ReLU
+                     into the product's buffer, the update into the gradients' buffers. The
+                     floor of an eager framework on NumPy: what is left is its Python
 - ``ember``          ``ember.value_and_grad`` over a dict of params, plain arithmetic
                      update; ``ember.nn.linear`` (ReLU fused, weights ``(out, in)`` as in
                      ``nn.Linear``) and ``ember.nn.cross_entropy``
@@ -115,6 +118,41 @@ def setup_numpy(dtype: Any) -> Callable[[], Any]:
     return step
 
 
+def setup_numpy_inplace(dtype: Any) -> Callable[[], Any]:
+    params, x, y = make_problem(dtype)
+    state = {"p": out_in(params)}
+
+    def step() -> Any:
+        p = state["p"]
+        h1 = x @ p["W1"].T
+        h1 += p["b1"]
+        np.maximum(h1, 0, out=h1)
+        h2 = h1 @ p["W2"].T
+        h2 += p["b2"]
+        np.maximum(h2, 0, out=h2)
+        z = h2 @ p["W3"].T
+        z += p["b3"]
+        zs = z - z.max(axis=1, keepdims=True)
+        e = np.exp(zs)
+        s = e.sum(axis=1, keepdims=True)
+        loss = -np.sum(y * (zs - np.log(s))) / BATCH
+        dz = e / s
+        dz -= y
+        dz /= BATCH
+        g = {"W3": dz.T @ h2, "b3": dz.sum(axis=0)}
+        d2 = np.multiply(dz @ p["W3"], h2 > 0)
+        g["W2"], g["b2"] = d2.T @ h1, d2.sum(axis=0)
+        d1 = np.multiply(d2 @ p["W2"], h1 > 0)
+        g["W1"], g["b1"] = d1.T @ x, d1.sum(axis=0)
+        for k, v in p.items():  # the new parameter into the gradient's buffer
+            np.multiply(g[k], -LR, out=g[k])
+            g[k] += v
+        state["p"] = g
+        return loss
+
+    return step
+
+
 def out_in(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The same params with each weight stored ``(out, in)``, the layout of ``nn.Linear``."""
     return {k: np.ascontiguousarray(v.T) if k[0] == "W" else v for k, v in params.items()}
@@ -195,6 +233,7 @@ def workloads() -> list[Workload]:
             "ember": setup_ember,
             "ember-optim": functools.partial(setup_ember, optimizer=True),
             "ember-generic": functools.partial(setup_ember, generic=True),
+            "numpy-inplace": setup_numpy_inplace,
             "torch": setup_torch,
             "autograd": setup_autograd,
             "mygrad": setup_mygrad,
@@ -204,7 +243,8 @@ def workloads() -> list[Workload]:
         unit="ms/step",
         reference="numpy",
         ratios=[("ember-step", "numpy"), ("ember", "numpy"), ("ember", "torch"), ("ember-optim", "numpy"),
-                ("ember-step", "torch"), ("ember-generic", "numpy")],
+                ("ember-step", "torch"), ("ember-generic", "numpy"), ("numpy-inplace", "numpy"),
+                ("ember-step", "numpy-inplace")],
         # the point is a few percent, and a shared machine drifts by more within seconds: with 7
         # rounds the float64 ratio ranged 1.01-1.13x over three runs, with 25 (and the
         # reference next to ember in every round) 1.08x twice, as 201 paired rounds gave
