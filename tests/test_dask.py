@@ -285,6 +285,15 @@ def test_extrema_with_a_chunk_emptied_by_a_mask(name, axis, keepdims):
     np.testing.assert_array_equal(ember.compute(g).raw, want_g.raw)
 
 
+def test_extrema_at_unknown_sizes_reject_an_axis_out_of_range():
+    # axis 4 of a 3-d array must not wrap around to axis 1 (known, one chunk)
+    x = np.random.default_rng(5).standard_normal((6, 3, 2))
+    m = xd.asarray(da.from_array(x, chunks=3)[da.from_array(np.arange(6) > 2, chunks=3)])
+    for axis in (4, -4, (1, 3)):
+        with pytest.raises(IndexError, match="out of bounds"):
+            xd.max(m, axis=axis)
+
+
 _REDUCTIONS_OF_UNKNOWN_ROWS = {
     "sum": lambda ns, x: ns.sum(ns.sin(x)),
     "sum over rows": lambda ns, x: ns.sum(ns.sum(x, axis=1) ** 2),

@@ -563,27 +563,39 @@ def backend_fixes(xp) -> dict:
             return x[(slice(None),) * (axis % n) + (None, ...)]
 
         fixes["expand_dims"] = expand_dims
-        fixes["max"], fixes["min"] = (_dask_extremum(getattr(xp, n), n, _unknown) for n in ("max", "min"))
+        fixes["max"], fixes["min"] = (_dask_extremum(getattr(xp, n), n) for n in ("max", "min"))
     return fixes
 
 
-def _dask_extremum(raw, name, unknown):
+def _dask_extremum(raw, name):
     """Dask's ``max``/``min`` along axes, blockwise where each reduced axis is one chunk.
 
     Why: Dask's tree reduction fails on a block that a boolean mask emptied (it
     reduces a zero-size intermediate), so a row-wise max (cross-entropy's
     shift) of filtered rows failed at compute time. Reducing each block on its
-    own needs no intermediate.
+    own needs no intermediate. Anything else (no axis, an axis out of range or
+    named twice, a reduced axis of several chunks or of unknown size) is Dask's.
     """
+    from ._namespace import _unknown
+    from ._rules._util import norm_axes
+
+    def blockwise(x, axis):
+        """The reduced axes where each block may be reduced on its own, else None."""
+        if axis is None or not _unknown(x.shape):
+            return None
+        try:
+            if any(not -x.ndim <= a < x.ndim for a in ((axis,) if isinstance(axis, int) else axis)):
+                return None
+            axes = norm_axes(axis, x.ndim)
+        except TypeError:
+            return None
+        if len(set(axes)) < len(axes) or any(len(x.chunks[a]) != 1 for a in axes):
+            return None
+        return None if _unknown([x.shape[a] for a in axes]) else axes
 
     def extremum(x, /, *, axis=None, keepdims=False):
-        if axis is None or not unknown(x.shape):
-            return raw(x, axis=axis, keepdims=keepdims)
-        try:
-            axes = tuple(sorted({a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis)}))
-        except (TypeError, ZeroDivisionError):
-            return raw(x, axis=axis, keepdims=keepdims)
-        if any(len(x.chunks[a]) != 1 or unknown((x.shape[a],)) for a in axes):
+        axes = blockwise(x, axis)
+        if axes is None:
             return raw(x, axis=axis, keepdims=keepdims)
 
         def block(b):
