@@ -160,6 +160,11 @@ def _leaves(n: int) -> tuple[Any, ...]:
     return t
 
 
+def _all_leaves(children: tuple[Any, ...]) -> bool:
+    """Whether ``children`` is the shared tuple :func:`_children` gives a container of leaves."""
+    return children is _LEAVES.get(len(children))
+
+
 def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
     """Append x's leaves to ``out`` and return its treedef node (recursive)."""
     if is_leaf is not None and is_leaf(x):
@@ -207,7 +212,7 @@ def _shared(kind: _NodeType, aux: Any, children: tuple[Any, ...]) -> _Node:
     nodes are shared (constants compare by value); dict keys count with their types
     (``{1: a}`` and ``{True: a}`` rebuild differently). A bounded table.
     """
-    if children is not _LEAVES.get(len(children)):  # (_children gives leaves that tuple)
+    if not _all_leaves(children):
         for c in children:
             if c is not _LEAF and (c.__class__ is not _Node or c.hash is None):
                 return _Node(kind, aux, _EMPTY, children)
@@ -232,14 +237,14 @@ def _build(d: Any, it: Iterator[Any]) -> Any:
     code = kind.code
     if code == LIST or code == TUPLE:
         ch = d.children
-        if ch is _LEAVES.get(len(ch)):  # all leaves
+        if _all_leaves(ch):
             items = list(islice(it, len(ch)))
         else:
             items = [next(it) if c is _LEAF else _build(c, it) for c in ch]
         return items if code == LIST else tuple(items)
     if code == DICT:
         ch = d.children
-        if ch is _LEAVES.get(len(ch)):  # all leaves (zip stops at the keys: takes len(keys) leaves)
+        if _all_leaves(ch):  # (zip stops at the keys: takes len(keys) leaves)
             return dict(zip(d.aux, it))
         return {k: next(it) if c is _LEAF else _build(c, it) for k, c in zip(d.aux, ch)}
     if code == DICTLIKE:
