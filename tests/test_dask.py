@@ -302,6 +302,10 @@ _REDUCTIONS_OF_UNKNOWN_ROWS = {
     "mean over columns": lambda ns, x: ns.sum(ns.mean(x * x, axis=0)),
     "var": lambda ns, x: ns.sum(ns.var(x, axis=0, correction=1)),
     "std": lambda ns, x: ns.std(x),
+    "prod over rows": lambda ns, x: ns.sum(ns.sin(ns.prod(x, axis=1))),
+    "prod over rows, kept": lambda ns, x: ns.sum(ns.prod(x, axis=-1, keepdims=True) * x),
+    "cumulative_sum along rows": lambda ns, x: ns.sum(ns.sin(ns.cumulative_sum(x, axis=1))),
+    "cumulative_prod along rows": lambda ns, x: ns.sum(ns.cumulative_prod(x, axis=1)),
 }
 
 
@@ -311,11 +315,30 @@ def test_reduction_gradients_with_unknown_row_count(name):
     # failure at compute time
     f = _REDUCTIONS_OF_UNKNOWN_ROWS[name]
     x = np.random.default_rng(1).standard_normal((6, 4))
-    keep = np.array([1, 0, 1, 1, 0, 1], bool)
-    xd_ = xd.asarray(da.from_array(x, chunks=3)[da.from_array(keep, chunks=3)])
-    g = ember.compute(ember.grad(lambda v: f(xd, v))(xd_)).raw
-    want = ember.grad(lambda v: f(xn, v))(xn.asarray(x[keep])).raw
-    np.testing.assert_allclose(g, want, rtol=1e-12)
+    x[2, 1] = x[3, 0] = x[3, 3] = 0.0  # (prod's gradient at zeros: the products of the others)
+    for keep in ([1, 0, 1, 1, 0, 1], [0, 0, 0, 1, 1, 1]):  # rows in each chunk, a chunk emptied
+        keep = np.array(keep, bool)
+        xd_ = xd.asarray(da.from_array(x, chunks=(3, 2))[da.from_array(keep, chunks=3)])
+        assert xd_.shape[0] != xd_.shape[0]  # NaN
+        v, g = ember.compute(ember.value_and_grad(lambda v: f(xd, v))(xd_))
+        want_v, want = ember.value_and_grad(lambda v: f(xn, v))(xn.asarray(x[keep]))
+        np.testing.assert_allclose(v.raw, want_v.raw, rtol=1e-12)
+        np.testing.assert_allclose(g.raw, want.raw, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["cumulative_sum", "cumulative_prod"])
+def test_scans_down_the_unknown_axis(name):
+    # Dask's default (sequential) scan fails at compute time at NaN sizes; ember's runs. Its
+    # gradient flips along that axis, which needs the sizes: the clear error says so
+    x = np.random.default_rng(2).standard_normal((6, 3))
+    keep = np.array([0, 1, 1, 0, 0, 1], bool)
+    m = xd.asarray(da.from_array(x, chunks=(3, 2))[da.from_array(keep, chunks=3)])
+    for axis, v in ((0, m), (0, m[:, 1]), (1, m)):
+        got = ember.compute(getattr(xd, name)(v, axis=axis)).raw
+        np.testing.assert_allclose(got, getattr(np, name.replace("ulative_", ""))(v.raw.compute(), axis=axis),
+                                   rtol=1e-12)
+    with pytest.raises(ShapeError, match=rf"(?s)backward of {name}: .*unknown \(NaN\).*resolve_sizes"):
+        ember.grad(lambda v: xd.sum(getattr(xd, name)(v, axis=0)))(m)
 
 
 # --------------------------------------------------------------------------- Dataset

@@ -564,7 +564,24 @@ def backend_fixes(xp) -> dict:
 
         fixes["expand_dims"] = expand_dims
         fixes["max"], fixes["min"] = (_dask_extremum(getattr(xp, n), n) for n in ("max", "min"))
+        for n in ("cumulative_sum", "cumulative_prod"):
+            fixes[n] = _dask_scan(getattr(xp, n))
     return fixes
+
+
+def _dask_scan(raw):
+    """Dask's ``cumsum``/``cumprod`` (under array-api-compat's names) that also computes at
+    unknown (NaN) sizes: there its default sequential scan builds blocks of NaN shape and
+    fails at compute time, the Blelloch scan does not. Known sizes: the default, unchanged.
+    (``include_initial`` at unknown sizes still needs the sizes: the compat layer concatenates.)"""
+    from ._namespace import _unknown
+
+    def scan(x, /, *, axis=None, dtype=None, include_initial=False):
+        if include_initial or not _unknown(x.shape):
+            return raw(x, axis=axis, dtype=dtype, include_initial=include_initial)
+        return raw(x, axis=axis, dtype=dtype, method="blelloch")  # (passed on to dask)
+
+    return scan
 
 
 def _dask_extremum(raw, name):

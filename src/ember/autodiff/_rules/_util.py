@@ -58,7 +58,9 @@ def fit(ns, g, x):
         else:
             ones = tuple(lead + i for i, s in enumerate(shape) if s == 1 and gshape[lead + i] != 1)
             if ones:
-                g = ns.reshape(ns.sum(g, axis=tuple(range(lead)) + ones, keepdims=True), shape)
+                g = ns.sum(g, axis=tuple(range(lead)) + ones, keepdims=True)
+                if lead or not shapes_fit(tuple(g.shape), shape):  # (none at unknown sizes)
+                    g = ns.reshape(g, shape)
             elif lead:  # leading axes only, but sizes a backend reports unknown (dask: NaN)
                 g = ns.sum(g, axis=tuple(range(lead)))
             elif not shapes_fit(gshape, shape):

@@ -56,10 +56,37 @@ def _std(ns, g, ans, x, *, axis=None, correction=0.0, keepdims=False):
     return g * dev / (n * a)
 
 
+def _exclusive_cumprod(ns, x, axis):
+    """The product of the elements before each one along ``axis`` (1 for the first).
+
+    The inclusive scan shifted by one place with ``take``, not
+    ``cumulative_prod(include_initial=True)``: that concatenates, which Dask
+    refuses where another axis has an unknown (NaN) size."""
+    n = x.shape[axis]
+    one = ns.asarray(1, dtype=x.dtype)
+    if n < 2:
+        return broadcast_like(ns, one, x)
+    pos = ns.arange(n)
+    before = ns.take(ns.cumulative_prod(x, axis=axis), ns.where(pos == 0, 0, pos - 1), axis=axis)
+    first = ns.reshape(pos == 0, (n,) + (1,) * (x.ndim - 1 - axis))  # (broadcasts along axis)
+    return ns.where(first, one, before)
+
+
+def _prod_one_axis(ns, g, x, axis, keepdims):
+    """``_prod`` over one axis, scanned in place: no permute or reshape, so the other axes
+    may have sizes Dask does not know yet (rows picked by a boolean mask)."""
+    left = _exclusive_cumprod(ns, x, axis)
+    right = ns.flip(_exclusive_cumprod(ns, ns.flip(x, axis=axis), axis), axis=axis)
+    res = expand_reduced(ns, g, x, axis, keepdims) * cj(ns, left * right)
+    return ns.astype(res, x.dtype) if res.dtype != x.dtype else res
+
+
 def _prod(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
     axes = norm_axes(axis, x.ndim)
     if not axes:
         return ns.astype(g, x.dtype) if g.dtype != x.dtype else g
+    if len(axes) == 1:
+        return _prod_one_axis(ns, g, x, axes[0], keepdims)
     kept = [i for i in range(x.ndim) if i not in axes]
     perm = tuple(kept + list(axes))
     kshape = tuple(x.shape[i] for i in kept)
