@@ -79,6 +79,8 @@ HEADLINES = (
        f"mlp_{d}", "ember-optim / numpy") for d in MLP_DTYPES),
     *((f"mlp_{d}_vs_numpy_inplace", f"MLP step {d}, ember (optim.train_step) / numpy with ember's in-place kernels",
        f"mlp_{d}", "ember-step / numpy-inplace") for d in MLP_DTYPES),
+    *((f"mlp_{d}_minimal_tape_vs_numpy", f"MLP step {d}, a minimal eager tape (no API) / numpy",
+       f"mlp_{d}", "minimal-tape / numpy") for d in MLP_DTYPES),
     ("graph_vs_torch", "10k-op random graph, ember / torch", "graph", "ember-grad / torch"),
     ("graph_vs_autograd", "10k-op random graph, ember / autograd", "graph", "ember-grad / autograd"),
     ("grad2_over_grad", "grad(grad(f)) / grad(f), ember", "higher_order", "ember-grad2 / ember-grad"),

@@ -12,6 +12,9 @@ Parameters are carried from step to step.  Implementations:
 - ``numpy-inplace``  the same written with ember's kernels: weights ``(out, in)``, bias and ReLU
                      into the product's buffer, the update into the gradients' buffers. The
                      floor of an eager framework on NumPy: what is left is its Python
+- ``minimal-tape``   ``numpy-inplace``'s kernels recorded and run by a minimal eager tape (a
+                     node per layer and for the loss, a closure VJP each, one reversed loop; no
+                     API, no checks): what any eager design with a tape costs at least
 - ``ember``          ``ember.value_and_grad`` over a dict of params, plain arithmetic
                      update; ``ember.nn.linear`` (ReLU fused, weights ``(out, in)`` as in
                      ``nn.Linear``) and ``ember.nn.cross_entropy``
@@ -153,6 +156,75 @@ def setup_numpy_inplace(dtype: Any) -> Callable[[], Any]:
     return step
 
 
+class _Node:
+    """A tape entry of ``minimal-tape``: its VJP closure, its inputs' nodes, its cotangent."""
+
+    __slots__ = ("vjp", "parents", "g")
+
+    def __init__(self, vjp: Any, parents: tuple[Any, ...]) -> None:
+        self.vjp, self.parents, self.g = vjp, parents, None
+
+
+def setup_minimal_tape(dtype: Any) -> Callable[[], Any]:
+    params, x, y = make_problem(dtype)
+    state = {"p": out_in(params)}
+    mm = np.matmul
+
+    def step() -> Any:
+        p = state["p"]
+        tape: list[_Node] = []
+        leaves = {k: _Node(None, ()) for k in p}
+
+        def linear(h: Any, hnode: Any, k: str, relu: bool) -> tuple[Any, _Node]:
+            w = p["W" + k]
+            out = mm(h, w.T)
+            out += p["b" + k]
+            if relu:
+                np.maximum(out, 0, out=out)
+
+            def vjp(g: Any) -> tuple[Any, ...]:
+                if relu:
+                    g = np.multiply(g, out > 0)
+                return (None if hnode is None else mm(g, w)), mm(g.T, h), g.sum(axis=0)
+
+            node = _Node(vjp, (hnode, leaves["W" + k], leaves["b" + k]))
+            tape.append(node)
+            return out, node
+
+        h, n = linear(x, None, "1", True)
+        h, n = linear(h, n, "2", True)
+        z, zn = linear(h, n, "3", False)
+        zs = z - z.max(axis=1, keepdims=True)
+        e = np.exp(zs)
+        s = e.sum(axis=1, keepdims=True)
+        loss = -np.sum(y * (zs - np.log(s))) / BATCH
+
+        def xent_vjp(g: Any) -> tuple[Any]:
+            dz = e / s
+            dz -= y
+            dz *= g / BATCH
+            return (dz,)
+
+        node = _Node(xent_vjp, (zn,))
+        tape.append(node)
+        node.g = 1.0
+        for node in reversed(tape):  # the backward pass
+            g, node.g = node.g, None
+            for parent, gi in zip(node.parents, node.vjp(g)):
+                if parent is not None:
+                    parent.g = gi if parent.g is None else parent.g + gi
+        new = {}
+        for k, v in p.items():  # the new parameter into the gradient's buffer
+            g = leaves[k].g
+            np.multiply(g, -LR, out=g)
+            g += v
+            new[k] = g
+        state["p"] = new
+        return loss
+
+    return step
+
+
 def out_in(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The same params with each weight stored ``(out, in)``, the layout of ``nn.Linear``."""
     return {k: np.ascontiguousarray(v.T) if k[0] == "W" else v for k, v in params.items()}
@@ -234,6 +306,7 @@ def workloads() -> list[Workload]:
             "ember-optim": functools.partial(setup_ember, optimizer=True),
             "ember-generic": functools.partial(setup_ember, generic=True),
             "numpy-inplace": setup_numpy_inplace,
+            "minimal-tape": setup_minimal_tape,
             "torch": setup_torch,
             "autograd": setup_autograd,
             "mygrad": setup_mygrad,
@@ -244,7 +317,7 @@ def workloads() -> list[Workload]:
         reference="numpy",
         ratios=[("ember-step", "numpy"), ("ember", "numpy"), ("ember", "torch"), ("ember-optim", "numpy"),
                 ("ember-step", "torch"), ("ember-generic", "numpy"), ("numpy-inplace", "numpy"),
-                ("ember-step", "numpy-inplace")],
+                ("ember-step", "numpy-inplace"), ("minimal-tape", "numpy"), ("ember-step", "minimal-tape")],
         # the point is a few percent, and a shared machine drifts by more within seconds: with 7
         # rounds the float64 ratio ranged 1.01-1.13x over three runs, with 25 (and the
         # reference next to ember in every round) 1.08x twice, as 201 paired rounds gave

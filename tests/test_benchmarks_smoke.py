@@ -160,6 +160,24 @@ def test_long_chain_main_tiny(tmp_path, monkeypatch):
         mod.workloads(length=1500, short=1000)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_mlp_floor_rows_compute_the_numpy_step(dtype, monkeypatch):
+    # numpy-inplace and minimal-tape are the floors ember-step is compared with: they must do
+    # the reference's step (same losses over steps, parameters carried), not less work
+    import numpy as np
+
+    mod = _load_script("mlp", monkeypatch)
+    monkeypatch.setattr(mod, "SIZES", (6, 5, 4, 3))
+    monkeypatch.setattr(mod, "BATCH", 4)
+    steps = {k: getattr(mod, f"setup_{k}")(np.dtype(dtype).type)
+             for k in ("numpy", "numpy_inplace", "minimal_tape")}
+    losses = {k: [float(f()) for _ in range(4)] for k, f in steps.items()}
+    ref = losses.pop("numpy")
+    assert ref[-1] < ref[0]  # it trains: parameters are carried from step to step
+    for k, got in losses.items():
+        np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == "float32" else 1e-12, err_msg=k)
+
+
 def _fake(name, unit, medians, ratios, ops=1.0, reference=None):
     res = {k: {"name": k, "status": "ok" if v else "error", "note": "" if v else "RecursionError: x",
                "n": 1, "samples": [v] if v else [], "median": v, "min": v, "max": v,
