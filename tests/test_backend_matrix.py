@@ -384,12 +384,13 @@ def test_gradients_stay_on_a_non_default_device(xp):
     idx = xp.asarray([2, 0, 2], device=dev)
 
     def f(x):
-        return xp.sum(xp.sin(x) * x) + xp.sum(x[idx]) + xp.sum(xp.take(x, idx)) + xp.sum(x[1:])
+        return (xp.sum(xp.sin(x) * x) + xp.sum(x[idx]) + xp.sum(xp.take(x, idx)) + xp.sum(x[1:])
+                + xp.prod(x))  # (prod's VJP makes index arrays of its own: on x's device)
 
     g = ember.grad(f)(x)
     assert g.device == dev
     xn = np.array([1.0, 2.0, 3.0])
-    want = np.cos(xn) * xn + np.sin(xn) + np.array([2.0, 1.0, 5.0])
+    want = np.cos(xn) * xn + np.sin(xn) + np.array([2.0, 1.0, 5.0]) + np.array([6.0, 3.0, 2.0])
     close(g, want)
 
 

@@ -17,6 +17,7 @@ import math
 
 from ._base import defvjp
 from ._util import broadcast_like, cj, count, expand_reduced, norm_axes
+from .indexing import _device
 
 
 def _sum(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
@@ -63,10 +64,11 @@ def _exclusive_cumprod(ns, x, axis):
     ``cumulative_prod(include_initial=True)``: that concatenates, which Dask
     refuses where another axis has an unknown (NaN) size."""
     n = x.shape[axis]
-    one = ns.asarray(1, dtype=x.dtype)
+    dev = _device(x)
+    one = ns.asarray(1, dtype=x.dtype, device=dev)
     if n < 2:
         return broadcast_like(ns, one, x)
-    pos = ns.arange(n)
+    pos = ns.arange(n, device=dev)
     before = ns.take(ns.cumulative_prod(x, axis=axis), ns.where(pos == 0, 0, pos - 1), axis=axis)
     first = ns.reshape(pos == 0, (n,) + (1,) * (x.ndim - 1 - axis))  # (broadcasts along axis)
     return ns.where(first, one, before)
