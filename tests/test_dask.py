@@ -327,18 +327,24 @@ def test_reduction_gradients_with_unknown_row_count(name):
 
 
 @pytest.mark.parametrize("name", ["cumulative_sum", "cumulative_prod"])
-def test_scans_down_the_unknown_axis(name):
-    # Dask's default (sequential) scan fails at compute time at NaN sizes; ember's runs. Its
-    # gradient flips along that axis, which needs the sizes: the clear error says so
+def test_scans_at_unknown_sizes(name):
+    # Dask's default (sequential) scan fails at compute time at NaN sizes; ember's runs, and
+    # include_initial prepends the identity without the sizes (along a known axis the compat
+    # layer's ones and concatenation need them). The gradient down the unknown axis flips
+    # along it, which needs the sizes: the clear error
     x = np.random.default_rng(2).standard_normal((6, 3))
     keep = np.array([0, 1, 1, 0, 0, 1], bool)
     m = xd.asarray(da.from_array(x, chunks=(3, 2))[da.from_array(keep, chunks=3)])
-    for axis, v in ((0, m), (0, m[:, 1]), (1, m)):
-        got = ember.compute(getattr(xd, name)(v, axis=axis)).raw
-        np.testing.assert_allclose(got, getattr(np, name.replace("ulative_", ""))(v.raw.compute(), axis=axis),
-                                   rtol=1e-12)
+    scan, np_scan = getattr(xd, name), getattr(np, name.replace("ulative_", ""))
+    identity = 0.0 if name == "cumulative_sum" else 1.0
+    for axis, v in ((0, m), (0, m[:, 1]), (1, m), (-1, m)):
+        want = np_scan(v.raw.compute(), axis=axis)
+        np.testing.assert_allclose(ember.compute(scan(v, axis=axis)).raw, want, rtol=1e-12)
+        got = ember.compute(scan(v, axis=axis, include_initial=True)).raw
+        first = np.full(want.shape[:-1] + (1,) if axis else (1,) + want.shape[1:], identity)
+        np.testing.assert_allclose(got, np.concatenate([first, want], axis=axis), rtol=1e-12)
     with pytest.raises(ShapeError, match=rf"(?s)backward of {name}: .*unknown \(NaN\).*resolve_sizes"):
-        ember.grad(lambda v: xd.sum(getattr(xd, name)(v, axis=0)))(m)
+        ember.grad(lambda v: xd.sum(scan(v, axis=0)))(m)
 
 
 # --------------------------------------------------------------------------- Dataset

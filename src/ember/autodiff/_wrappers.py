@@ -564,22 +564,34 @@ def backend_fixes(xp) -> dict:
 
         fixes["expand_dims"] = expand_dims
         fixes["max"], fixes["min"] = (_dask_extremum(getattr(xp, n), n) for n in ("max", "min"))
-        for n in ("cumulative_sum", "cumulative_prod"):
-            fixes[n] = _dask_scan(getattr(xp, n))
+        fixes["cumulative_sum"] = _dask_scan(xp.cumulative_sum, xp.zeros_like)
+        fixes["cumulative_prod"] = _dask_scan(xp.cumulative_prod, xp.ones_like)
     return fixes
 
 
-def _dask_scan(raw):
-    """Dask's ``cumsum``/``cumprod`` (under array-api-compat's names) that also computes at
-    unknown (NaN) sizes: there its default sequential scan builds blocks of NaN shape and
-    fails at compute time, the Blelloch scan does not. Known sizes: the default, unchanged.
-    (``include_initial`` at unknown sizes still needs the sizes: the compat layer concatenates.)"""
+def _dask_scan(raw, initial_like):
+    """Dask's ``cumsum``/``cumprod`` (under array-api-compat's names) that also compute at
+    unknown (NaN) sizes. There Dask's default sequential scan builds blocks of NaN shape and
+    fails at compute time, so the Blelloch scan runs; and ``include_initial`` prepends the
+    identity (``initial_like``: zeros or ones) cut from ``x`` itself, since the compat layer's
+    ``ones(shape)`` and concatenation need the sizes. Known sizes: the default, unchanged."""
+    import dask.array as da
+
     from ._namespace import _unknown
 
     def scan(x, /, *, axis=None, dtype=None, include_initial=False):
-        if include_initial or not _unknown(x.shape):
-            return raw(x, axis=axis, dtype=dtype, include_initial=include_initial)
-        return raw(x, axis=axis, dtype=dtype, method="blelloch")  # (passed on to dask)
+        ax = 0 if axis is None and x.ndim == 1 else axis
+        if not _unknown(x.shape) or not isinstance(ax, int) or not -x.ndim <= ax < x.ndim:
+            return raw(x, axis=axis, dtype=dtype, include_initial=include_initial)  # (its errors)
+        n = x.shape[ax]
+        if include_initial and (n != n or n < 1):  # an unknown or empty scanned axis
+            return raw(x, axis=axis, dtype=dtype, include_initial=True)  # (the sizes error)
+        res = raw(x, axis=ax, dtype=dtype, method="blelloch")  # (passed on to dask)
+        if not include_initial:
+            return res
+        ax %= x.ndim
+        first = initial_like(x[(slice(None),) * ax + (slice(0, 1), ...)], dtype=res.dtype)
+        return da.concatenate([first, res], axis=ax, allow_unknown_chunksizes=True)
 
     return scan
 

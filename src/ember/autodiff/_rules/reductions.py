@@ -17,7 +17,6 @@ import math
 
 from ._base import defvjp
 from ._util import broadcast_like, cj, count, expand_reduced, norm_axes
-from .indexing import _device
 
 
 def _sum(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
@@ -58,20 +57,9 @@ def _std(ns, g, ans, x, *, axis=None, correction=0.0, keepdims=False):
 
 
 def _exclusive_cumprod(ns, x, axis):
-    """The product of the elements before each one along ``axis`` (1 for the first).
-
-    The inclusive scan shifted by one place with ``take``, not
-    ``cumulative_prod(include_initial=True)``: that concatenates, which Dask
-    refuses where another axis has an unknown (NaN) size."""
-    n = x.shape[axis]
-    dev = _device(x)
-    one = ns.asarray(1, dtype=x.dtype, device=dev)
-    if n < 2:
-        return broadcast_like(ns, one, x)
-    pos = ns.arange(n, device=dev)
-    before = ns.take(ns.cumulative_prod(x, axis=axis), ns.where(pos == 0, 0, pos - 1), axis=axis)
-    first = ns.reshape(pos == 0, (n,) + (1,) * (x.ndim - 1 - axis))  # (broadcasts along axis)
-    return ns.where(first, one, before)
+    """The product of the elements before each one along ``axis`` (1 for the first)."""
+    c = ns.cumulative_prod(x, axis=axis, include_initial=True)
+    return c[(slice(None),) * axis + (slice(None, -1), ...)]
 
 
 def _prod_one_axis(ns, g, x, axis, keepdims):
