@@ -178,6 +178,24 @@ def test_mlp_floor_rows_compute_the_numpy_step(dtype, monkeypatch):
         np.testing.assert_allclose(got, ref, rtol=1e-5 if dtype == "float32" else 1e-12, err_msg=k)
 
 
+def test_chain_minimal_tape_computes_embers_gradient(monkeypatch):
+    # the chain's floor row must differentiate the whole chain (every op's VJP, the x + y fan-in)
+    import numpy as np
+
+    import ember
+    import ember.autodiff.numpy as xp
+
+    mod = _load_script("overhead", monkeypatch)
+    x = np.random.default_rng(1).uniform(-1.0, 1.0, (5,))
+    want = ember.grad(lambda t: xp.sum(mod.chain(t, xp)))(xp.asarray(x))
+    got = mod.minimal_tape_grad(x)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-12)
+    eps = 1e-6  # and both are the derivative (central differences of the first component)
+    e0 = np.eye(5)[0] * eps
+    fd = (np.sum(mod.chain(x + e0, np)) - np.sum(mod.chain(x - e0, np))) / (2 * eps)
+    assert abs(got[0] - fd) < 1e-6 * max(1.0, abs(fd))
+
+
 def _fake(name, unit, medians, ratios, ops=1.0, reference=None):
     res = {k: {"name": k, "status": "ok" if v else "error", "note": "" if v else "RecursionError: x",
                "n": 1, "samples": [v] if v else [], "median": v, "min": v, "max": v,
@@ -189,8 +207,10 @@ def _fake(name, unit, medians, ratios, ops=1.0, reference=None):
 def test_all_summary_and_chart(tmp_path, monkeypatch):
     all_mod = _load_script("all", monkeypatch)
     docs = [
-        _fake("overhead", "us/op", {"numpy": 0.4, "ember-untracked": 0.5, "ember-grad": 2.5, "torch": 6.0},
-              {"ember-untracked / numpy": 1.25, "ember-grad / torch": 2.5 / 6.0}, 100, "numpy"),
+        _fake("overhead", "us/op", {"numpy": 0.4, "ember-untracked": 0.5, "ember-grad": 2.5, "torch": 6.0,
+                                    "minimal-tape": 1.6},
+              {"ember-untracked / numpy": 1.25, "ember-grad / torch": 2.5 / 6.0,
+               "ember-grad / minimal-tape": 2.5 / 1.6}, 100, "numpy"),
         _fake("mlp_float32", "ms/step", {"numpy": 2.0, "ember-step": 2.2}, {"ember-step / numpy": 1.1}),
         _fake("long_chain", "us/op", {"ember-1k": 3.0, "ember-long": None},
               {"ember-long / ember-1k": None}, 100_000, "ember-1k"),
@@ -204,6 +224,7 @@ def test_all_summary_and_chart(tmp_path, monkeypatch):
     assert set(acc) == {a[0] for a in all_mod.ACCEPTANCE}
     assert acc["elementwise_us_per_op"]["value"] == 2.5 and acc["elementwise_us_per_op"]["pass"] is True
     assert acc["elementwise_vs_torch"]["pass"] is True and acc["untracked_vs_numpy"]["pass"] is True
+    assert acc["elementwise_vs_minimal_tape"]["pass"] is False  # 1.5625x > 1.36x
     assert acc["mlp_float32_vs_numpy"]["pass"] is False
     assert acc["mlp_float64_vs_numpy"]["value"] is None and "not run" in acc["mlp_float64_vs_numpy"]["note"]
     lc = acc["long_chain_per_op"]
