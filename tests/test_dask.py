@@ -285,6 +285,48 @@ def test_extrema_with_a_chunk_emptied_by_a_mask(name, axis, keepdims):
     np.testing.assert_array_equal(ember.compute(g).raw, want_g.raw)
 
 
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("axis,keepdims", [(0, False), (None, False), ((0, 1), True), (1, False),
+                                           (-2, True)])
+@pytest.mark.parametrize("keep", [[0, 0, 0, 1, 1, 0], [1, 0, 0, 0, 0, 0]], ids=["first chunk emptied", "two chunks emptied"])
+def test_extrema_down_unknown_rows(name, axis, keepdims, keep):
+    # down the rows a mask picked (their number unknown), one or two of three row blocks
+    # emptied, columns in two chunks: Dask's own reduction fails there; values and gradients
+    # equal NumPy's on the same rows (ties of v * v included: -x and x)
+    x = np.random.default_rng(6).standard_normal((6, 4))
+    x[4] = -x[3]
+    keep = np.array(keep, bool)
+    m = xd.asarray(da.from_array(x, chunks=(2, 2))[da.from_array(keep, chunks=2)])
+    f = lambda ns, v: getattr(ns, name)(v * v, axis=axis, keepdims=keepdims)  # noqa: E731
+    got, pull = ember.vjp(lambda v: f(xd, v), m)
+    want, want_pull = ember.vjp(lambda v: f(xn, v), xn.asarray(x[keep]))
+    np.testing.assert_array_equal(ember.compute(got).raw, want.raw)
+    g, want_g = pull(xd.ones_like(got))[0], want_pull(xn.ones_like(want))[0]
+    np.testing.assert_allclose(ember.compute(g).raw, want_g.raw, rtol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint8", "bool", "float32"])
+def test_extrema_down_unknown_rows_keep_the_dtype(dtype):
+    # the identity an emptied block stands for is the dtype's own (iinfo, False/True, inf)
+    x = (np.arange(12).reshape(6, 2) % 5).astype(dtype)
+    keep = da.from_array(np.array([0, 0, 1, 1, 0, 1], bool), chunks=2)
+    m = xd.asarray(da.from_array(x, chunks=2)[keep])
+    rows = x[[2, 3, 5]]
+    for name in ("max", "min"):
+        got = ember.compute(getattr(xd, name)(m, axis=0)).raw
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got, getattr(np, name)(rows, axis=0))
+
+
+def test_extrema_of_no_rows_raise_at_compute():
+    # a mask that keeps nothing: NumPy's max of an empty axis raises, so does ember's, lazily
+    x = xd.asarray(da.from_array(np.ones((4, 3)), chunks=2)[da.zeros(4, dtype=bool, chunks=2)])
+    r = xd.max(x, axis=0)
+    with pytest.raises(ValueError, match="max: the reduced axes hold no elements"):
+        ember.compute(r)
+    assert ember.compute(xd.min(x, axis=1)).raw.shape == (0,)  # empty result: nothing to raise
+
+
 def test_extrema_at_unknown_sizes_reject_an_axis_out_of_range():
     # axis 4 of a 3-d array must not wrap around to axis 1 (known, one chunk)
     x = np.random.default_rng(5).standard_normal((6, 3, 2))

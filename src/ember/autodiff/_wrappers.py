@@ -9,6 +9,7 @@ unstack, broadcast_arrays, diff) and the backend's own function otherwise.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from ._tensor import Tensor, raw_value
@@ -597,43 +598,91 @@ def _dask_scan(raw, initial_like):
 
 
 def _dask_extremum(raw, name):
-    """Dask's ``max``/``min`` along axes, blockwise where each reduced axis is one chunk.
+    """Dask's ``max``/``min``, computing also at unknown (NaN) sizes.
 
     Why: Dask's tree reduction fails on a block that a boolean mask emptied (it
-    reduces a zero-size intermediate), so a row-wise max (cross-entropy's
-    shift) of filtered rows failed at compute time. Reducing each block on its
-    own needs no intermediate. Anything else (no axis, an axis out of range or
-    named twice, a reduced axis of several chunks or of unknown size) is Dask's.
+    turns a zero-size block into one of the wrong shape), so a row-wise max
+    (cross-entropy's shift) of filtered rows, or a max down those rows, failed at
+    compute time. At unknown sizes ember reduces each block on its own where
+    each reduced axis is one chunk of known size; otherwise in two stages:
+    each block to one value per reduced axis (an emptied one to the identity,
+    -inf for max), then, with each reduced axis rechunked into one chunk, each
+    block of those partials on its own. An extremum over no elements at all raises at
+    compute time, as NumPy's does. Known sizes, an axis out of range or named
+    twice: Dask's own.
     """
     from ._namespace import _unknown
     from ._rules._util import norm_axes
 
-    def blockwise(x, axis):
-        """The reduced axes where each block may be reduced on its own, else None."""
-        if axis is None or not _unknown(x.shape):
+    def reduced_axes(x, axis):
+        """The reduced axes when ember's stages apply, else None."""
+        if not _unknown(x.shape):
             return None
+        if axis is None:
+            return tuple(range(x.ndim))
         try:
             if any(not -x.ndim <= a < x.ndim for a in ((axis,) if isinstance(axis, int) else axis)):
                 return None
             axes = norm_axes(axis, x.ndim)
         except TypeError:
             return None
-        if len(set(axes)) < len(axes) or any(len(x.chunks[a]) != 1 for a in axes):
-            return None
-        return None if _unknown([x.shape[a] for a in axes]) else axes
+        return None if len(set(axes)) < len(axes) else axes
+
+    def partial(b, axes):
+        """One block reduced along ``axes`` (kept as size 1); an emptied one gives the identity."""
+        if all(b.shape[a] for a in axes):
+            return getattr(b, name)(axis=axes, keepdims=True)
+        import array_api_compat
+
+        bp = array_api_compat.array_namespace(b)
+        if bp.isdtype(b.dtype, "bool"):
+            ident = name == "min"
+        elif bp.isdtype(b.dtype, "integral"):
+            info = bp.iinfo(b.dtype)
+            ident = info.min if name == "max" else info.max
+        else:
+            ident = -bp.inf if name == "max" else bp.inf
+        shape = tuple(1 if i in axes else n for i, n in enumerate(b.shape))
+        return bp.full(shape, ident, dtype=b.dtype, device=array_api_compat.device(b))
+
+    def count(b, axes):
+        """How many elements of the block each reduced position covers (as one-element blocks)."""
+        n = math.prod(b.shape[a] for a in axes)
+        shape = tuple(1 if i in axes else m for i, m in enumerate(b.shape))
+        import array_api_compat
+
+        bp = array_api_compat.array_namespace(b)
+        return bp.full(shape, n, dtype=bp.int64, device=array_api_compat.device(b))
+
+    def final(p, c, axes, keepdims):
+        if c.size and not bool((c > 0).any()):
+            raise ValueError(f"{name}: the reduced axes hold no elements (a boolean mask or filter "
+                             f"kept none); {name} of an empty array has no identity")
+        return getattr(p, name)(axis=axes, keepdims=keepdims)
 
     def extremum(x, /, *, axis=None, keepdims=False):
-        axes = blockwise(x, axis)
+        axes = reduced_axes(x, axis)
         if axes is None:
             return raw(x, axis=axis, keepdims=keepdims)
+        if all(len(x.chunks[a]) == 1 for a in axes) and not _unknown([x.shape[a] for a in axes]):
+            # each block holds whole reduced axes of known sizes (a row-wise max): one stage
+            def block(b):
+                return getattr(b, name)(axis=axes, keepdims=keepdims)
 
-        def block(b):
-            return getattr(b, name)(axis=axes, keepdims=keepdims)
-
+            if keepdims:
+                out = tuple((1,) if i in axes else c for i, c in enumerate(x.chunks))
+                return x.map_blocks(block, chunks=out, dtype=x.dtype)
+            return x.map_blocks(block, drop_axis=axes, dtype=x.dtype)
+        chunks = tuple(((1,) * len(c)) if i in axes else c for i, c in enumerate(x.chunks))
+        p = x.map_blocks(partial, axes, chunks=chunks, dtype=x.dtype)
+        c = x.map_blocks(count, axes, chunks=chunks, dtype="int64")
+        if any(len(x.chunks[a]) > 1 for a in axes):
+            whole = {a: -1 for a in axes}
+            p, c = p.rechunk(whole), c.rechunk(whole)
         if keepdims:
-            chunks = tuple((1,) if i in axes else c for i, c in enumerate(x.chunks))
-            return x.map_blocks(block, chunks=chunks, dtype=x.dtype)
-        return x.map_blocks(block, drop_axis=axes, dtype=x.dtype)
+            out = tuple((1,) if i in axes else ch for i, ch in enumerate(p.chunks))
+            return p.map_blocks(final, c, axes, True, chunks=out, dtype=x.dtype)
+        return p.map_blocks(final, c, axes, False, drop_axis=axes, dtype=x.dtype)
 
     return extremum
 
