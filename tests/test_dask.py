@@ -368,6 +368,30 @@ def test_reduction_gradients_with_unknown_row_count(name):
         np.testing.assert_allclose(g.raw, want.raw, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("axis,keepdims", [((1, 2), False), ((-1, 1), True), (None, False)])
+def test_prod_over_several_axes_at_unknown_rows(axis, keepdims):
+    # prod's gradient over several known axes scans them one by one (no reshape into one axis,
+    # which needs the row count); exact at zeros: one zero in a slab, two in another. Over the
+    # unknown axis too (axis=None) it needs the sizes: the clear error
+    x = np.random.default_rng(3).uniform(0.5, 1.5, (6, 3, 4))
+    x[1, 2, 0] = x[3, 0, 1] = x[3, 2, 2] = 0.0
+    keep = np.array([0, 1, 1, 1, 0, 1], bool)
+    m = xd.asarray(da.from_array(x, chunks=(3, 2, 4))[da.from_array(keep, chunks=3)])
+
+    def f(ns, v):
+        return ns.sum(ns.sin(ns.prod(v, axis=axis, keepdims=keepdims)))
+
+    if axis is None:
+        with pytest.raises(ShapeError, match=r"(?s)backward of prod: .*unknown \(NaN\).*resolve_sizes"):
+            ember.grad(lambda v: f(xd, v))(m)
+        return
+    v, g = ember.compute(ember.value_and_grad(lambda v: f(xd, v))(m))
+    want_v, want = ember.value_and_grad(lambda v: f(xn, v))(xn.asarray(x[keep]))
+    np.testing.assert_allclose(v.raw, want_v.raw, rtol=1e-12)
+    np.testing.assert_allclose(g.raw, want.raw, rtol=1e-12, atol=1e-15)
+    assert np.count_nonzero(want.raw[0]) == 1 and not want.raw[2].any()  # (the zeros' cases)
+
+
 @pytest.mark.parametrize("name", ["cumulative_sum", "cumulative_prod"])
 def test_scans_at_unknown_sizes(name):
     # Dask's default (sequential) scan fails at compute time at NaN sizes; ember's runs, and

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from ._base import defvjp
-from ._util import broadcast_like, cj, count, expand_reduced, norm_axes
+from ._util import broadcast_like, cj, count, expand_reduced, known, norm_axes
 
 
 def _sum(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
@@ -62,37 +62,45 @@ def _exclusive_cumprod(ns, x, axis):
     return c[(slice(None),) * axis + (slice(None, -1), ...)]
 
 
-def _prod_one_axis(ns, g, x, axis, keepdims):
-    """``_prod`` over one axis, scanned in place: no permute or reshape, so the other axes
-    may have sizes Dask does not know yet (rows picked by a boolean mask)."""
-    left = _exclusive_cumprod(ns, x, axis)
-    right = ns.flip(_exclusive_cumprod(ns, ns.flip(x, axis=axis), axis), axis=axis)
-    res = expand_reduced(ns, g, x, axis, keepdims) * cj(ns, left * right)
-    return ns.astype(res, x.dtype) if res.dtype != x.dtype else res
+def _exclusive_prod(ns, y, axis):
+    """The product of the other elements along ``axis``, for each element (exact at zeros)."""
+    left = _exclusive_cumprod(ns, y, axis)
+    right = ns.flip(_exclusive_cumprod(ns, ns.flip(y, axis=axis), axis), axis=axis)
+    return left * right
+
+
+def _slab_others(ns, x, axes):
+    """For each element of ``x``, the product of the others in its slab over ``axes``.
+
+    Exact at zeros (no division ``ans / x``), from one-axis exclusive scans.
+    Several axes with known sizes: the slab flattened into one scanned axis
+    (permute, reshape), the fastest on NumPy. Where Dask knows no row count (a
+    boolean mask) a reshape is impossible, so the axes are scanned one by one:
+    the others of ``x[i]`` are those along the last axis in its own line, times
+    the product of the lines that differ in the axis before, and so on outwards.
+    """
+    if len(axes) == 1:
+        return _exclusive_prod(ns, x, axes[0])
+    if known(x.shape):
+        kept = [i for i in range(x.ndim) if i not in axes]
+        perm = kept + list(axes)
+        kshape = tuple(x.shape[i] for i in kept)
+        flat = ns.reshape(ns.permute_dims(x, tuple(perm)), kshape + (math.prod(x.shape[a] for a in axes),))
+        others = ns.reshape(_exclusive_prod(ns, flat, len(kept)), tuple(x.shape[i] for i in perm))
+        return ns.permute_dims(others, tuple(perm.index(i) for i in range(x.ndim)))
+    others = _exclusive_prod(ns, x, axes[-1])
+    y = x
+    for k in range(len(axes) - 2, -1, -1):  # the lines that differ in axes[k], innermost first
+        y = ns.prod(y, axis=axes[k + 1], keepdims=True)
+        others = others * _exclusive_prod(ns, y, axes[k])
+    return others
 
 
 def _prod(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
     axes = norm_axes(axis, x.ndim)
     if not axes:
         return ns.astype(g, x.dtype) if g.dtype != x.dtype else g
-    if len(axes) == 1:
-        return _prod_one_axis(ns, g, x, axes[0], keepdims)
-    kept = [i for i in range(x.ndim) if i not in axes]
-    perm = tuple(kept + list(axes))
-    kshape = tuple(x.shape[i] for i in kept)
-    n = count(ns, x, axis)  # (unknown sizes: the reshape raises the clear error)
-    xr = ns.reshape(ns.permute_dims(x, perm), kshape + (n,))
-    left = ns.cumulative_prod(xr, axis=-1, include_initial=True)[..., :-1]
-    right = ns.flip(
-        ns.cumulative_prod(ns.flip(xr, axis=-1), axis=-1, include_initial=True)[..., :-1], axis=-1
-    )
-    others = cj(ns, left * right)
-    gk = ns.reshape(g, kshape + (1,))
-    gr = ns.reshape(gk * others, tuple(x.shape[i] for i in perm))
-    inv = [0] * len(perm)
-    for i, p in enumerate(perm):
-        inv[p] = i
-    res = ns.permute_dims(gr, tuple(inv))
+    res = expand_reduced(ns, g, x, axis, keepdims) * cj(ns, _slab_others(ns, x, axes))
     return ns.astype(res, x.dtype) if res.dtype != x.dtype else res
 
 
