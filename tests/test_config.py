@@ -27,6 +27,20 @@ def test_gc_threshold_raised_while_tracing_and_restored():
     assert gc.get_threshold() == before
 
 
+def test_older_generations_wait_while_tracing():
+    # each pass over generations 1 and 2 walks the whole tape: deferred until the trace closes
+    before = gc.get_threshold()
+    seen = []
+
+    def f(x):
+        seen.append(gc.get_threshold())
+        return xp.sum(xp.sin(x))
+
+    ember.grad(f)(xp.ones(3))
+    assert seen[0][1] >= 1 << 20 and seen[0][2] >= 1 << 20
+    assert gc.get_threshold() == before
+
+
 def test_gc_threshold_none_leaves_the_collector_alone():
     before = gc.get_threshold()
     with ember.config(gc_threshold=None):

@@ -10,7 +10,8 @@ Options (defaults first):
 - ``gc_threshold``: ``50000`` (an int, or ``None``). While a transform
   records a tape or runs its backward pass, Python's cyclic garbage
   collector starts a young-generation pass after this many allocations
-  instead of its default 700 (the thresholds are restored afterwards; a
+  instead of its default 700, and the passes over older generations wait
+  until the last tape closes (the thresholds are restored afterwards; a
   larger threshold the user set is kept). Why: a tape is millions of small
   objects that all live until backward and then die together, the opposite
   of the "most objects die young" premise of generational collection, so
