@@ -607,9 +607,9 @@ def _dask_extremum(raw, name):
     each reduced axis is one chunk of known size; otherwise in two stages:
     each block to one value per reduced axis (an emptied one to the identity,
     -inf for max), then, with each reduced axis rechunked into one chunk, each
-    block of those partials on its own. An extremum over no elements at all raises at
-    compute time, as NumPy's does. Known sizes, an axis out of range or named
-    twice: Dask's own.
+    block of those partials on its own. An extremum over no elements at all
+    raises at compute time, as NumPy's does. Known sizes, an axis out of range
+    or named twice: Dask's own.
     """
     from ._namespace import _unknown
     from ._rules._util import norm_axes
@@ -628,31 +628,34 @@ def _dask_extremum(raw, name):
             return None
         return None if len(set(axes)) < len(axes) else axes
 
+    def filled(b, axes, value, dtype):
+        """``value`` in the shape of block ``b`` reduced along ``axes`` (kept as size 1);
+        ``value(bp, b)`` if callable, with ``bp`` the block's namespace."""
+        import array_api_compat
+
+        bp = array_api_compat.array_namespace(b)
+        shape = tuple(1 if i in axes else n for i, n in enumerate(b.shape))
+        v = value(bp, b) if callable(value) else value
+        return bp.full(shape, v, dtype=dtype or bp.int64, device=array_api_compat.device(b))
+
+    def identity(bp, b):
+        """What an emptied block stands for: -inf for max (the dtype's least value), etc."""
+        if bp.isdtype(b.dtype, "bool"):
+            return name == "min"
+        if bp.isdtype(b.dtype, "integral"):
+            info = bp.iinfo(b.dtype)
+            return info.min if name == "max" else info.max
+        return -bp.inf if name == "max" else bp.inf
+
     def partial(b, axes):
         """One block reduced along ``axes`` (kept as size 1); an emptied one gives the identity."""
         if all(b.shape[a] for a in axes):
             return getattr(b, name)(axis=axes, keepdims=True)
-        import array_api_compat
-
-        bp = array_api_compat.array_namespace(b)
-        if bp.isdtype(b.dtype, "bool"):
-            ident = name == "min"
-        elif bp.isdtype(b.dtype, "integral"):
-            info = bp.iinfo(b.dtype)
-            ident = info.min if name == "max" else info.max
-        else:
-            ident = -bp.inf if name == "max" else bp.inf
-        shape = tuple(1 if i in axes else n for i, n in enumerate(b.shape))
-        return bp.full(shape, ident, dtype=b.dtype, device=array_api_compat.device(b))
+        return filled(b, axes, identity, b.dtype)
 
     def count(b, axes):
-        """How many elements of the block each reduced position covers (as one-element blocks)."""
-        n = math.prod(b.shape[a] for a in axes)
-        shape = tuple(1 if i in axes else m for i, m in enumerate(b.shape))
-        import array_api_compat
-
-        bp = array_api_compat.array_namespace(b)
-        return bp.full(shape, n, dtype=bp.int64, device=array_api_compat.device(b))
+        """How many elements of the block each reduced position covers."""
+        return filled(b, axes, math.prod(b.shape[a] for a in axes), None)
 
     def final(p, c, axes, keepdims):
         if c.size and not bool((c > 0).any()):
