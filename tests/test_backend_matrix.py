@@ -385,7 +385,7 @@ def test_gradients_stay_on_a_non_default_device(xp):
 
     def f(x):
         return (xp.sum(xp.sin(x) * x) + xp.sum(x[idx]) + xp.sum(xp.take(x, idx)) + xp.sum(x[1:])
-                + xp.prod(x))  # (prod's VJP makes index arrays of its own: on x's device)
+                + xp.prod(x))  # (prod's VJP scans and slices arrays of its own: on x's device)
 
     g = ember.grad(f)(x)
     assert g.device == dev

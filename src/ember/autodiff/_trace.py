@@ -32,7 +32,7 @@ live_traces: "weakref.WeakSet" = weakref.WeakSet()
 #: Generations 1 and 2's thresholds while tapes are live: their passes wait until the last
 #: trace closes (the young pass every gc_threshold allocations still collects the cycles that
 #: die young; the first collection after the trace, the rest).
-_DEFERRED_FULL = 1 << 20
+_DEFERRED_OLDER = 1 << 20
 
 
 class _QuietGC:
@@ -41,9 +41,10 @@ class _QuietGC:
     Gen 0 starts a pass after ``gc_threshold`` allocations; passes over the
     older generations wait until the last trace closes, since each walks the
     whole tape again (millions of objects that all live until backward: they
-    made a 1,000,000-op chain 1.2x slower per op than 1,000-op ones). Re-entrant and shared by threads: the
-    first entry saves the thresholds, the last exit restores them (unless
-    someone changed them meanwhile). See ``ember._config`` for why.
+    made a 1,000,000-op chain 1.2x slower per op than 1,000-op ones).
+    Re-entrant and shared by threads: the first entry saves the thresholds,
+    the last exit restores them (unless someone changed them meanwhile). See
+    ``ember._config`` for why.
     """
 
     __slots__ = ("depth", "saved", "set_to", "lock")
@@ -60,7 +61,7 @@ class _QuietGC:
                 want = CONFIG["gc_threshold"]
                 t = gc.get_threshold()
                 if want is not None and 0 < t[0] < want:  # 0: collection off; larger: the user's
-                    new = (want, max(t[1], _DEFERRED_FULL), max(t[2], _DEFERRED_FULL))
+                    new = (want, max(t[1], _DEFERRED_OLDER), max(t[2], _DEFERRED_OLDER))
                     self.saved, self.set_to = t, new
                     gc.set_threshold(*new)
             self.depth += 1

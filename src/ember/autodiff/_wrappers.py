@@ -564,7 +564,7 @@ def backend_fixes(xp) -> dict:
             return x[(slice(None),) * (axis % n) + (None, ...)]
 
         fixes["expand_dims"] = expand_dims
-        fixes["max"], fixes["min"] = (_dask_extremum(getattr(xp, n), n) for n in ("max", "min"))
+        fixes["max"], fixes["min"] = (_dask_extremum(xp, n) for n in ("max", "min"))
         fixes["cumulative_sum"] = _dask_scan(xp.cumulative_sum, xp.zeros_like)
         fixes["cumulative_prod"] = _dask_scan(xp.cumulative_prod, xp.ones_like)
     return fixes
@@ -597,8 +597,8 @@ def _dask_scan(raw, initial_like):
     return scan
 
 
-def _dask_extremum(raw, name):
-    """Dask's ``max``/``min``, computing also at unknown (NaN) sizes.
+def _dask_extremum(xp, name):
+    """Dask's ``max``/``min`` (``name`` of namespace ``xp``), computing also at unknown (NaN) sizes.
 
     Why: Dask's tree reduction fails on a block that a boolean mask emptied (it
     turns a zero-size block into one of the wrong shape), so a row-wise max
@@ -614,6 +614,8 @@ def _dask_extremum(raw, name):
     from ._namespace import _unknown
     from ._rules._util import norm_axes
 
+    raw = getattr(xp, name)
+
     def reduced_axes(x, axis):
         """The reduced axes when ember's stages apply, else None."""
         if not _unknown(x.shape):
@@ -628,30 +630,28 @@ def _dask_extremum(raw, name):
             return None
         return None if len(set(axes)) < len(axes) else axes
 
+    def identity(dtype):
+        """What an emptied block stands for: -inf for max (the dtype's least value), etc."""
+        if xp.isdtype(dtype, "bool"):
+            return name == "min"
+        if xp.isdtype(dtype, "integral"):
+            info = xp.iinfo(dtype)
+            return info.min if name == "max" else info.max
+        return -xp.inf if name == "max" else xp.inf
+
     def filled(b, axes, value, dtype):
-        """``value`` in the shape of block ``b`` reduced along ``axes`` (kept as size 1);
-        ``value(bp, b)`` if callable, with ``bp`` the block's namespace."""
+        """``value`` in the shape of block ``b`` reduced along ``axes`` (kept as size 1)."""
         import array_api_compat
 
         bp = array_api_compat.array_namespace(b)
         shape = tuple(1 if i in axes else n for i, n in enumerate(b.shape))
-        v = value(bp, b) if callable(value) else value
-        return bp.full(shape, v, dtype=dtype or bp.int64, device=array_api_compat.device(b))
+        return bp.full(shape, value, dtype=dtype or bp.int64, device=array_api_compat.device(b))
 
-    def identity(bp, b):
-        """What an emptied block stands for: -inf for max (the dtype's least value), etc."""
-        if bp.isdtype(b.dtype, "bool"):
-            return name == "min"
-        if bp.isdtype(b.dtype, "integral"):
-            info = bp.iinfo(b.dtype)
-            return info.min if name == "max" else info.max
-        return -bp.inf if name == "max" else bp.inf
-
-    def partial(b, axes):
-        """One block reduced along ``axes`` (kept as size 1); an emptied one gives the identity."""
+    def partial(b, axes, ident):
+        """One block reduced along ``axes`` (kept as size 1); an emptied one gives ``ident``."""
         if all(b.shape[a] for a in axes):
             return getattr(b, name)(axis=axes, keepdims=True)
-        return filled(b, axes, identity, b.dtype)
+        return filled(b, axes, ident, b.dtype)
 
     def count(b, axes):
         """How many elements of the block each reduced position covers."""
@@ -677,7 +677,7 @@ def _dask_extremum(raw, name):
                 return x.map_blocks(block, chunks=out, dtype=x.dtype)
             return x.map_blocks(block, drop_axis=axes, dtype=x.dtype)
         chunks = tuple(((1,) * len(c)) if i in axes else c for i, c in enumerate(x.chunks))
-        p = x.map_blocks(partial, axes, chunks=chunks, dtype=x.dtype)
+        p = x.map_blocks(partial, axes, identity(x.dtype), chunks=chunks, dtype=x.dtype)
         c = x.map_blocks(count, axes, chunks=chunks, dtype="int64")
         if any(len(x.chunks[a]) > 1 for a in axes):
             whole = {a: -1 for a in axes}
