@@ -121,24 +121,40 @@ def setup_numpy(dtype: Any) -> Callable[[], Any]:
     return step
 
 
+def _linear_into(h: np.ndarray, w: np.ndarray, b: np.ndarray, relu: bool) -> np.ndarray:
+    """``relu(h @ w.T + b)`` with ``w`` ``(out, in)``: bias and ReLU into the product's buffer."""
+    out = h @ w.T
+    out += b
+    if relu:
+        np.maximum(out, 0, out=out)
+    return out
+
+
+def _xent(z: np.ndarray, y: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray]:
+    """The mean softmax cross-entropy, and the softmax's parts its backward reuses (e, s)."""
+    zs = z - z.max(axis=1, keepdims=True)
+    e = np.exp(zs)
+    s = e.sum(axis=1, keepdims=True)
+    return -np.sum(y * (zs - np.log(s))) / BATCH, e, s
+
+
+def _sgd_into(p: dict[str, np.ndarray], g: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The new parameters ``p - LR * g``, each in its gradient's buffer."""
+    for k, v in p.items():
+        np.multiply(g[k], -LR, out=g[k])
+        g[k] += v
+    return g
+
+
 def setup_numpy_inplace(dtype: Any) -> Callable[[], Any]:
     params, x, y = make_problem(dtype)
     state = {"p": out_in(params)}
 
     def step() -> Any:
         p = state["p"]
-        h1 = x @ p["W1"].T
-        h1 += p["b1"]
-        np.maximum(h1, 0, out=h1)
-        h2 = h1 @ p["W2"].T
-        h2 += p["b2"]
-        np.maximum(h2, 0, out=h2)
-        z = h2 @ p["W3"].T
-        z += p["b3"]
-        zs = z - z.max(axis=1, keepdims=True)
-        e = np.exp(zs)
-        s = e.sum(axis=1, keepdims=True)
-        loss = -np.sum(y * (zs - np.log(s))) / BATCH
+        h1 = _linear_into(x, p["W1"], p["b1"], True)
+        h2 = _linear_into(h1, p["W2"], p["b2"], True)
+        loss, e, s = _xent(_linear_into(h2, p["W3"], p["b3"], False), y)
         dz = e / s
         dz -= y
         dz /= BATCH
@@ -147,10 +163,7 @@ def setup_numpy_inplace(dtype: Any) -> Callable[[], Any]:
         g["W2"], g["b2"] = d2.T @ h1, d2.sum(axis=0)
         d1 = np.multiply(d2 @ p["W2"], h1 > 0)
         g["W1"], g["b1"] = d1.T @ x, d1.sum(axis=0)
-        for k, v in p.items():  # the new parameter into the gradient's buffer
-            np.multiply(g[k], -LR, out=g[k])
-            g[k] += v
-        state["p"] = g
+        state["p"] = _sgd_into(p, g)
         return loss
 
     return step
@@ -177,10 +190,7 @@ def setup_minimal_tape(dtype: Any) -> Callable[[], Any]:
 
         def linear(h: Any, hnode: Any, k: str, relu: bool) -> tuple[Any, _Node]:
             w = p["W" + k]
-            out = mm(h, w.T)
-            out += p["b" + k]
-            if relu:
-                np.maximum(out, 0, out=out)
+            out = _linear_into(h, w, p["b" + k], relu)
 
             def vjp(g: Any) -> tuple[Any, ...]:
                 if relu:
@@ -194,10 +204,7 @@ def setup_minimal_tape(dtype: Any) -> Callable[[], Any]:
         h, n = linear(x, None, "1", True)
         h, n = linear(h, n, "2", True)
         z, zn = linear(h, n, "3", False)
-        zs = z - z.max(axis=1, keepdims=True)
-        e = np.exp(zs)
-        s = e.sum(axis=1, keepdims=True)
-        loss = -np.sum(y * (zs - np.log(s))) / BATCH
+        loss, e, s = _xent(z, y)
 
         def xent_vjp(g: Any) -> tuple[Any]:
             dz = e / s
@@ -213,13 +220,7 @@ def setup_minimal_tape(dtype: Any) -> Callable[[], Any]:
             for parent, gi in zip(node.parents, node.vjp(g)):
                 if parent is not None:
                     parent.g = gi if parent.g is None else parent.g + gi
-        new = {}
-        for k, v in p.items():  # the new parameter into the gradient's buffer
-            g = leaves[k].g
-            np.multiply(g, -LR, out=g)
-            g += v
-            new[k] = g
-        state["p"] = new
+        state["p"] = _sgd_into(p, {k: leaf.g for k, leaf in leaves.items()})
         return loss
 
     return step
