@@ -82,3 +82,19 @@ def test_mlp_of_linear_activation_pairs_trained_with_sgd_map():
         "hidden.0.0.weight", "hidden.0.0.bias", "hidden.1.0.weight", "hidden.1.0.bias",
         "out.weight", "out.bias",
     ]
+
+
+def test_numpy_conversion_of_a_traced_tensor_is_refused():
+    # NumPy functions convert their input with __array__: the result would not carry the
+    # gradient (silently 0), so inside a transform that is an error, as in JAX and PyTorch.
+    # Outside one, and for the value read as a constant (x.raw), it converts as before
+    import pytest
+
+    x = xp.asarray([0.5, 1.0])
+    for f in (lambda v: xp.sum(np.sin(v)), lambda v: xp.sum(v * np.asarray(v)),
+              lambda v: np.multiply(v, 2.0).sum()):
+        with pytest.raises(ember.NotDifferentiableError, match=r"(?s)traced by an ember transform.*x\.raw"):
+            ember.grad(f)(x)
+    g = ember.grad(lambda v: xp.sum(v * float(np.sum(np.cos(v.raw)))))(x)
+    np.testing.assert_allclose(g.raw, np.full(2, np.cos(0.5) + np.cos(1.0)))
+    np.testing.assert_array_equal(np.sin(x), np.sin([0.5, 1.0]))  # untracked: a NumPy array

@@ -151,6 +151,14 @@ for _op, _dom in (("+", {}), ("-", {}), ("*", {}), ("/", dict(away_from=0.0, gap
     _f = eval(f"lambda xp, x, y: x {_op} y")
     case(f"operator {_op}", _binary({}, _dom), _f)
     case(f"reflected {_op} scalar", args_of(arrays(shapes(), **_dom)), eval(f"lambda xp, x: 1.5 {_op} x"))
+# NumPy scalars (numpy.sqrt(d), a numpy.float32 hyperparameter) on either side of an operator:
+# a 0-d array of the backend with NumPy's dtype, never the Tensor converted to NumPy (which
+# dropped the gradient: 0 for ``x * numpy.float64(2)``)
+for _op, _dom in (("+", {}), ("-", {}), ("*", {}), ("/", dict(away_from=0.0, gap=0.3)),
+                  ("**", dict(lo=0.3, hi=2.0))):
+    for _s, _only in (("np.float64(1.5)", {}), ("np.float32(1.5)", {}), ("np.int64(2)", dict(backends=("numpy",)))):
+        case(f"x {_op} {_s}", args_of(arrays(shapes(), **_dom)), eval(f"lambda xp, x: x {_op} {_s}"), **_only)
+        case(f"{_s} {_op} x", args_of(arrays(shapes(), **_dom)), eval(f"lambda xp, x: {_s} {_op} x"), **_only)
 case("x ** 3", args_of(arrays(shapes())), lambda xp, x: x ** 3)
 case("x ** 0", args_of(arrays(shapes())), lambda xp, x: x ** 0)
 case("x ** 0.5", args_of(arrays(shapes(), lo=0.2, hi=3.0)), lambda xp, x: x ** 0.5)

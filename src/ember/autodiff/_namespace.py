@@ -31,6 +31,26 @@ from ._trace import Node, make_node, active_traces
 __all__ = ["namespace"]
 
 _SCALARS = (bool, int, float, complex)
+
+
+def _numpy_scalar(x) -> bool:
+    """Whether ``x`` is a NumPy scalar (``numpy.generic``), which any backend takes as a 0-d array."""
+    if type(x).__module__ != "numpy":
+        return False
+    import numpy
+
+    return isinstance(x, numpy.generic)
+
+
+def _array_like(x) -> bool:
+    """Whether ``x`` is an array or array scalar (another library's, or a NumPy scalar).
+
+    An operator of a Tensor hands such an operand to its function (which wraps a
+    scalar of the backend's own library and rejects other libraries' arrays with
+    a clear error) instead of returning NotImplemented: NumPy's reflected method
+    would convert the Tensor to a NumPy array and silently drop its gradient.
+    """
+    return hasattr(x, "__array_namespace__") or hasattr(x, "__dlpack__") or hasattr(x, "__array__")
 _GENERAL = object()  # "use the general slow path"
 _NOPARAMS: dict = {}  # shared, never mutated: the params of ops that take none
 _cache: dict = {}
@@ -290,6 +310,8 @@ class _Dispatcher:
             return a
         if isinstance(a, self.A):
             return self.wrap(a)
+        if _numpy_scalar(a):  # (numpy.float32(2), numpy.sqrt(d)): a 0-d array of ours, NumPy's dtype
+            return self.wrap(a if isinstance(a, self.A) else self.xp.asarray(a))
         if hasattr(a, "__array_namespace__") or hasattr(a, "__dlpack__"):
             if hasattr(a, "dtype") and hasattr(a, "shape") and type(a).__module__.split(".")[0] == type(
                 self.xp.asarray(0.0)
@@ -564,7 +586,7 @@ class _Dispatcher:
         def slow(x1, x2):
             if operator:
                 other = x2 if x1.__class__ is T else x1
-                if not (other.__class__ in _SCALARS or isinstance(other, known)):
+                if not (other.__class__ in _SCALARS or isinstance(other, known) or _array_like(other)):
                     return NotImplemented
             return call(name, raw, (x1, x2), {})
 
@@ -785,7 +807,7 @@ class _Dispatcher:
                                 raise op_error(fname, e, (self,)) from e
                             return make(v if v.__class__ is A else coerce(v), None)
                         return getattr(mod, fname)(other, self)
-                    if c is bool or c is complex or isinstance(other, (A, Tensor)):
+                    if c is bool or c is complex or isinstance(other, (A, Tensor)) or _array_like(other):
                         return getattr(mod, fname)(other, self)
                     return NotImplemented
             else:
@@ -799,7 +821,7 @@ class _Dispatcher:
                         except Exception as e:
                             raise op_error(fname, e, (self, other)) from e
                         return make(v if v.__class__ is A else coerce(v), None)
-                    if c is T or c in _SCALARS or isinstance(other, (A, Tensor)):
+                    if c is T or c in _SCALARS or isinstance(other, (A, Tensor)) or _array_like(other):
                         return fn(self, other)
                     return NotImplemented
             return m
@@ -819,7 +841,7 @@ class _Dispatcher:
 
             def m(self, other, /):
                 c = other.__class__
-                if not (c is T or c in _SCALARS or isinstance(other, (A, Tensor))):
+                if not (c is T or c in _SCALARS or isinstance(other, (A, Tensor)) or _array_like(other)):
                     return NotImplemented
                 if self._node is None and not active_traces and (
                     c is not T or other._node is None

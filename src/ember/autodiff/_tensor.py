@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from .._errors import BackendError
+from .._errors import BackendError, NotDifferentiableError
+
+TRACED_TO_NUMPY = (
+    "Tensor traced by an ember transform (level {level}) cannot be converted to a NumPy array: "
+    "the array would not carry the gradient (NumPy functions, numpy.asarray, or an operator "
+    "with an array of another library do this). Compute with the namespace's functions "
+    "(xp.sin(x), not numpy.sin(x)), or read the value as a constant with x.raw"
+)
 
 __all__ = ["Tensor", "raw_value"]
 
@@ -135,6 +142,9 @@ class Tensor:
             yield self[i, ...]
 
     def __array__(self, dtype=None, copy=None):
+        node = self._node
+        if node is not None and node.trace.active:  # (as JAX and PyTorch refuse it)
+            raise NotDifferentiableError(TRACED_TO_NUMPY.format(level=node.trace.level))
         v = raw_value(self)
         conv = getattr(v, "__array__", None)
         if conv is None:
