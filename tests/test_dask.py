@@ -325,6 +325,14 @@ def test_extrema_of_no_rows_raise_at_compute():
     with pytest.raises(ValueError, match="max: the reduced axes hold no elements"):
         ember.compute(r)
     assert ember.compute(xd.min(x, axis=1)).raw.shape == (0,)  # empty result: nothing to raise
+    # no rows and no columns: the reduced axis is empty, so NumPy raises although the result
+    # (of the empty kept axis) is empty too; ember as well
+    assert np.max(np.ones((0, 3)), axis=1).shape == (0,)
+    with pytest.raises(ValueError):
+        np.max(np.ones((0, 0)), axis=0)
+    empty = xd.asarray(da.from_array(np.ones((4, 0)), chunks=2)[da.zeros(4, dtype=bool, chunks=2)])
+    with pytest.raises(ValueError, match="min: the reduced axes hold no elements"):
+        ember.compute(xd.min(empty, axis=0))
 
 
 def test_extrema_at_unknown_sizes_reject_an_axis_out_of_range():
@@ -397,7 +405,8 @@ def test_scans_at_unknown_sizes(name):
     # Dask's default (sequential) scan fails at compute time at NaN sizes; ember's runs, and
     # include_initial prepends the identity without the sizes (along a known axis the compat
     # layer's ones and concatenation need them). The gradient down the unknown axis flips
-    # along it, which needs the sizes: the clear error
+    # along it (block by block); with include_initial it also drops the first cotangent, a
+    # slice that needs the sizes: the clear error
     x = np.random.default_rng(2).standard_normal((6, 3))
     keep = np.array([0, 1, 1, 0, 0, 1], bool)
     m = xd.asarray(da.from_array(x, chunks=(3, 2))[da.from_array(keep, chunks=3)])
@@ -409,8 +418,49 @@ def test_scans_at_unknown_sizes(name):
         got = ember.compute(scan(v, axis=axis, include_initial=True)).raw
         first = np.full(want.shape[:-1] + (1,) if axis else (1,) + want.shape[1:], identity)
         np.testing.assert_allclose(got, np.concatenate([first, want], axis=axis), rtol=1e-12)
+    for axis in (0, 1):
+        got = ember.grad(lambda v: xd.sum(xd.sin(scan(v, axis=axis))))(m)
+        want = ember.grad(lambda v: xn.sum(xn.sin(getattr(xn, name)(v, axis=axis))))(
+            xn.asarray(x[keep]))
+        np.testing.assert_allclose(ember.compute(got).raw, want.raw, rtol=1e-12, atol=1e-15)
     with pytest.raises(ShapeError, match=rf"(?s)backward of {name}: .*unknown \(NaN\).*resolve_sizes"):
-        ember.grad(lambda v: xd.sum(scan(v, axis=0)))(m)
+        ember.grad(lambda v: xd.sum(scan(v, axis=0, include_initial=True)))(m)
+
+
+@pytest.mark.parametrize("axis", [0, -2, None, (0, 1), (1,), (1, 0)])
+@pytest.mark.parametrize("keep", [[0, 1, 1, 0, 0, 1], [1, 0, 0, 0, 0, 0], [0] * 6],
+                         ids=["rows in two chunks", "one row", "no rows"])
+def test_flip_at_unknown_sizes(axis, keep):
+    # Dask flips by slicing, which needs the sizes; ember reverses the blocks and flips each
+    # (emptied blocks included); its gradient is a flip of the cotangent
+    x = np.random.default_rng(4).standard_normal((6, 4))
+    keep = np.array(keep, bool)
+    m = xd.asarray(da.from_array(x, chunks=(2, 3))[da.from_array(keep, chunks=2)])
+    np.testing.assert_array_equal(ember.compute(xd.flip(m, axis=axis)).raw,
+                                  np.flip(x[keep], axis=axis))
+    w = np.arange(4.0)
+    got = ember.grad(lambda v: xd.sum(xd.flip(v, axis=axis) * xd.asarray(w)))(m)
+    np.testing.assert_array_equal(ember.compute(got).raw,
+                                  np.flip(np.broadcast_to(w, x[keep].shape), axis=axis))
+    with pytest.raises(ValueError):
+        xd.flip(m, axis=(0, 0))  # Dask's own errors stand
+
+
+def test_operators_with_numpy_operands():
+    # a NumPy array is another library's: the operator raises the mixing error on either side
+    # (NumPy's reflected method computed the Dask graph into a NumPy array and dropped the
+    # gradient); a NumPy scalar is a 0-d array with NumPy's dtype, as raw Dask takes it
+    x = np.random.default_rng(8).standard_normal((4, 3))
+    v = xd.asarray(da.from_array(x, chunks=2))
+    w = np.arange(3.0)
+    for f in (lambda v: v * w, lambda v: w * v, lambda v: v @ np.ones((3, 2)), lambda v: w - v):
+        with pytest.raises(ember.BackendError, match=r"cannot mix a tensor of namespace 'dask'.*numpy"):
+            f(v)
+        with pytest.raises(ember.BackendError, match=r"cannot mix"):
+            ember.grad(lambda v: xd.sum(f(v)))(v)
+    g = ember.grad(lambda v: xd.sum(v / np.sqrt(4) + np.float32(2.0) * v))(v)
+    np.testing.assert_allclose(ember.compute(g).raw, np.full((4, 3), 2.5))
+    assert (xd.asarray(da.from_array(x.astype("float32"), chunks=2)) * np.float64(2)).dtype == xd.float64
 
 
 # --------------------------------------------------------------------------- Dataset

@@ -567,7 +567,38 @@ def backend_fixes(xp) -> dict:
         fixes["max"], fixes["min"] = (_dask_extremum(xp, n) for n in ("max", "min"))
         fixes["cumulative_sum"] = _dask_scan(xp.cumulative_sum, xp.zeros_like)
         fixes["cumulative_prod"] = _dask_scan(xp.cumulative_prod, xp.ones_like)
+        fixes["flip"] = _dask_flip(xp.flip)
     return fixes
+
+
+def _dask_flip(raw):
+    """Dask's ``flip`` that also flips along an axis of unknown (NaN) size.
+
+    Dask flips by slicing, which needs the sizes; at unknown sizes ember puts
+    the blocks in reverse order along the flipped axes (``x.blocks``) and flips
+    each block, which is the same array. This is what a scan's gradient down
+    the rows a boolean mask kept uses (a reverse cumulative sum). Known sizes,
+    an axis out of range or named twice: Dask's own.
+    """
+    from ._namespace import _unknown
+    from ._rules._util import norm_axes
+
+    def flip(x, /, *, axis=None):
+        if not _unknown(x.shape):
+            return raw(x, axis=axis)
+        try:
+            names = range(x.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+            if any(not -x.ndim <= a < x.ndim for a in names):
+                return raw(x, axis=axis)  # (its error)
+            axes = norm_axes(axis, x.ndim)
+        except TypeError:
+            return raw(x, axis=axis)
+        if len(set(axes)) < len(axes):
+            return raw(x, axis=axis)
+        rev = tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(x.ndim))
+        return x.blocks[rev].map_blocks(lambda b: b[rev], dtype=x.dtype)
+
+    return flip
 
 
 def _dask_scan(raw, initial_like):
@@ -654,11 +685,11 @@ def _dask_extremum(xp, name):
         return filled(b, axes, ident, b.dtype)
 
     def count(b, axes):
-        """How many elements of the block each reduced position covers."""
-        return filled(b, axes, math.prod(b.shape[a] for a in axes), None)
+        """How many elements the block holds along the reduced axes (one number per block)."""
+        return filled(b, range(b.ndim), math.prod(b.shape[a] for a in axes), None)
 
-    def final(p, c, axes, keepdims):
-        if c.size and not bool((c > 0).any()):
+    def final(p, total, axes, keepdims):
+        if not total:  # (also where the kept axes are empty: NumPy raises there too)
             raise ValueError(f"{name}: the reduced axes hold no elements (a boolean mask or filter "
                              f"kept none); {name} of an empty array has no identity")
         return getattr(p, name)(axis=axes, keepdims=keepdims)
@@ -678,14 +709,14 @@ def _dask_extremum(xp, name):
             return x.map_blocks(block, drop_axis=axes, dtype=x.dtype)
         chunks = tuple(((1,) * len(c)) if i in axes else c for i, c in enumerate(x.chunks))
         p = x.map_blocks(partial, axes, identity(x.dtype), chunks=chunks, dtype=x.dtype)
-        c = x.map_blocks(count, axes, chunks=chunks, dtype="int64")
+        ones = tuple((1,) * len(c) for c in x.chunks)
+        total = x.map_blocks(count, axes, chunks=ones, dtype="int64").sum()  # (0-d: every block's)
         if any(len(x.chunks[a]) > 1 for a in axes):
-            whole = {a: -1 for a in axes}
-            p, c = p.rechunk(whole), c.rechunk(whole)
+            p = p.rechunk({a: -1 for a in axes})
         if keepdims:
             out = tuple((1,) if i in axes else ch for i, ch in enumerate(p.chunks))
-            return p.map_blocks(final, c, axes, True, chunks=out, dtype=x.dtype)
-        return p.map_blocks(final, c, axes, False, drop_axis=axes, dtype=x.dtype)
+            return p.map_blocks(final, total, axes, True, chunks=out, dtype=x.dtype)
+        return p.map_blocks(final, total, axes, False, drop_axis=axes, dtype=x.dtype)
 
     return extremum
 
