@@ -98,3 +98,28 @@ def test_numpy_conversion_of_a_traced_tensor_is_refused():
     g = ember.grad(lambda v: xp.sum(v * float(np.sum(np.cos(v.raw)))))(x)
     np.testing.assert_allclose(g.raw, np.full(2, np.cos(0.5) + np.cos(1.0)))
     np.testing.assert_array_equal(np.sin(x), np.sin([0.5, 1.0]))  # untracked: a NumPy array
+
+
+def test_asarray_of_traced_values_keeps_the_gradient():
+    # asarray(x, dtype=...) is a cast and asarray([...]) of traced values a stack: both carry
+    # the gradient (they gave 0); the values and dtypes are those of the same call untraced
+    x = xp.asarray(np.array([1.0, 2.0, 3.0]))
+    g = ember.grad(lambda v: xp.sum(xp.asarray(v * v, dtype=xp.float32)))(x)
+    np.testing.assert_array_equal(g.raw, ember.grad(lambda v: xp.sum(xp.astype(v * v, xp.float32)))(x).raw)
+    assert g.raw.tolist() == [2.0, 4.0, 6.0]
+    x32 = xp.asarray(np.array([1.0, 2.0], dtype=np.float32))
+    seen = {}
+
+    def f(v):
+        a = xp.asarray([[v[0] * v[1], 1.5], [2, v[1]]])
+        seen["dtype"], seen["value"] = a.dtype, a.raw.copy()
+        return xp.sum(a * a)
+
+    assert ember.grad(f)(x32).raw.tolist() == [2 * 2.0 * 2.0, 2 * 2.0 * 1.0 + 2 * 2.0]
+    untraced = xp.asarray([[x32[0] * x32[1], 1.5], [2, x32[1]]])
+    assert seen["dtype"] == untraced.dtype  # (float64, as NumPy makes it from this list)
+    np.testing.assert_array_equal(seen["value"], untraced.raw)
+    import pytest
+
+    with pytest.raises(ValueError, match="copy=False"):
+        ember.grad(lambda v: xp.sum(xp.asarray(v, dtype=xp.float32, copy=False)))(x)

@@ -159,6 +159,13 @@ for _op, _dom in (("+", {}), ("-", {}), ("*", {}), ("/", dict(away_from=0.0, gap
     for _s, _only in (("np.float64(1.5)", {}), ("np.float32(1.5)", {}), ("np.int64(2)", dict(backends=("numpy",)))):
         case(f"x {_op} {_s}", args_of(arrays(shapes(), **_dom)), eval(f"lambda xp, x: x {_op} {_s}"), **_only)
         case(f"{_s} {_op} x", args_of(arrays(shapes(), **_dom)), eval(f"lambda xp, x: {_s} {_op} x"), **_only)
+# asarray of traced values: a nested sequence is stacked (its scalars constants), a dtype casts
+_NESTED = dict(backends=("numpy",))  # array_api_strict's asarray refuses arrays in a list, traced or not
+case("asarray([x[0] * x[1], 1.5])", args_of(arrays((3,))), lambda xp, x: xp.asarray([x[0] * x[1], 1.5]), **_NESTED)
+case("asarray([[x[0], 2], [x[2], x[1]]])", args_of(arrays((3,))),
+     lambda xp, x: xp.asarray([[x[0], 2.0], (x[2], x[1] * x[0])]))
+case("asarray(list of rows)", args_of(arrays((2, 3))), lambda xp, x: xp.asarray([x[0, ...] * x[1, ...], x[1, ...]]), **_NESTED)
+case("asarray(x, copy=True)", args_of(arrays(shapes())), lambda xp, x: xp.asarray(x * x, copy=True))
 case("x ** 3", args_of(arrays(shapes())), lambda xp, x: x ** 3)
 case("x ** 0", args_of(arrays(shapes())), lambda xp, x: x ** 0)
 case("x ** 0.5", args_of(arrays(shapes(), lo=0.2, hi=3.0)), lambda xp, x: x ** 0.5)

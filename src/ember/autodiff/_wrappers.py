@@ -111,6 +111,27 @@ def build(d) -> dict:
     out["clip"] = clip
 
     # ----- creation ------------------------------------------------------
+    def traced_asarray(t, dtype, device, copy):
+        """``asarray`` of a traced Tensor: ``astype`` and ``to_device``, which have VJPs."""
+        if dtype is not None and dtype != t.dtype:
+            if copy is False:
+                raise ValueError(f"asarray: copy=False, but casting {t.dtype} to "
+                                 f"{getattr(dtype, '__name__', dtype)} makes a copy; pass copy=None")
+            t, copy = mod.astype(t, dtype), None  # (a fresh array already)
+        if device is not None:
+            t = mod._to_device(t, device, None)
+        return mod._copy(t) if copy else t
+
+    def any_traced(seq):
+        return any(any_traced(e) if isinstance(e, (list, tuple)) else (
+            isinstance(e, Tensor) and e._node is not None) for e in seq)
+
+    def stack_nested(seq, dt):
+        """A nested sequence holding traced Tensors as one stacked Tensor of dtype ``dt``."""
+        items = [stack_nested(e, dt) if isinstance(e, (list, tuple)) else e for e in seq]
+        return mod.stack([(e if e.dtype == dt else mod.astype(e, dt)) if isinstance(e, Tensor)
+                          else mod.asarray(e, dtype=dt) for e in items])
+
     def asarray(obj, /, *, dtype=None, device=None, copy=None):
         from_tensor = isinstance(obj, Tensor)
         if from_tensor:
@@ -121,12 +142,14 @@ def build(d) -> dict:
                     obj = as_operand(obj, "asarray")
             if obj.__class__ is not T:
                 d.check_own(obj, "asarray")
-            if obj._node is not None and (dtype is None or dtype == obj.dtype):
-                if device is not None:  # keep the gradient: to_device has a VJP
-                    obj = mod._to_device(obj, device, None)
-                return mod._copy(obj) if copy else obj
+            if obj._node is not None:  # traced: the result is too (a cast, a move, a copy)
+                return traced_asarray(obj, dtype, device, copy)
             obj = raw_value(obj)
         elif isinstance(obj, (list, tuple)):
+            if any_traced(obj):  # asarray([x[0] * y, 1.0]): stacked, so the gradient flows
+                # the dtype (and any error) of the same values untraced: tracing changes neither
+                ref = asarray(d.strip(obj), dtype=dtype)
+                return traced_asarray(stack_nested(obj, ref.dtype), None, device, copy)
             obj = d.strip(obj)
         kw = {}
         if dtype is not None:
