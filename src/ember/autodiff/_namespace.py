@@ -51,6 +51,8 @@ def _array_like(x) -> bool:
     would convert the Tensor to a NumPy array and silently drop its gradient.
     """
     return hasattr(x, "__array_namespace__") or hasattr(x, "__dlpack__") or hasattr(x, "__array__")
+
+
 _GENERAL = object()  # "use the general slow path"
 _NOPARAMS: dict = {}  # shared, never mutated: the params of ops that take none
 _cache: dict = {}
@@ -311,12 +313,8 @@ class _Dispatcher:
         if isinstance(a, self.A):
             return self.wrap(a)
         if _numpy_scalar(a):  # (numpy.float32(2), numpy.sqrt(d)): a 0-d array of ours, NumPy's dtype
-            return self.wrap(a if isinstance(a, self.A) else self.xp.asarray(a))
+            return self.wrap(self.xp.asarray(a))
         if hasattr(a, "__array_namespace__") or hasattr(a, "__dlpack__"):
-            if hasattr(a, "dtype") and hasattr(a, "shape") and type(a).__module__.split(".")[0] == type(
-                self.xp.asarray(0.0)
-            ).__module__.split(".")[0]:
-                return self.wrap(a)  # a scalar type of our own backend (numpy.float64)
             raise mixing_error(op, a, self.module)
         return a
 
