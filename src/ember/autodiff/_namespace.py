@@ -575,8 +575,9 @@ class _Dispatcher:
         Operands that are Tensors of this namespace (untracked, or tracked one
         level above a backend array on an active trace) or Python ``int`` /
         ``float`` take the fast path; anything else goes through ``call``. The
-        operator form returns ``NotImplemented`` for operands it does not know,
-        so Python can try the other operand's reflected method.
+        operator form returns ``NotImplemented`` for operands that are neither
+        scalars nor arrays (see ``_array_like``), so Python can try the other
+        operand's reflected method.
         """
         T, A, call, coerce, mod, rule_of = self.T, self.A, self.call, self.coerce, self.module, RULES.get
         known = (A, Tensor)
