@@ -265,6 +265,21 @@ def test_icount_inner_runs_an_impl_and_names_what_is_missing():
     assert unknown.returncode != 0 and "unknown workload 'no_such'" in unknown.stderr
 
 
+def test_isolated_times_each_impl_in_its_own_processes(monkeypatch):
+    """isolated.py: one worker process per impl and --procs, paired per-round ratios (the
+    reference's own is 1), one median per process; a bad name stops the run clearly."""
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    spec = importlib.util.spec_from_file_location("isolated_smoke", BENCH_DIR / "isolated.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.measure("overhead", ["numpy", "ember-untracked"], procs=2, rounds=3, calls=2)
+    assert list(res) == ["numpy", "ember-untracked"]
+    assert res["numpy"]["ratio"] == 1.0 and res["ember-untracked"]["ratio"] > 0
+    assert all(len(r["per_process"]) == 2 and min(r["per_process"]) > 0 for r in res.values())
+    with pytest.raises(SystemExit, match="failed to start"):
+        mod.measure("overhead", ["numpy", "nope"], procs=1, rounds=1, calls=1)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux only)")
 def test_checkpointing_rss_child_measures_itself_after_a_big_parent():
     # Linux starts a child's ru_maxrss at the parent's RSS: the torch peers' memory read as
