@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 #: workload name -> the script that defines it
@@ -60,14 +60,20 @@ def _workload(name: str) -> Any:
     raise SystemExit(f"icount: {SCRIPT_OF[name]}.py has no workload {name!r}")
 
 
-def _run_inner(workload: str, impl: str, calls: int) -> None:
-    """Set up ``impl``, warm it up, then make ``calls`` calls with the collector paused."""
+def warmed_up(workload: str, impl: str, prog: str = "icount") -> Callable[[], Any]:
+    """``impl`` of ``workload`` set up and called until warm; a missing one stops ``prog``."""
     w = _workload(workload)
     if impl not in w.impls:
-        raise SystemExit(f"icount: {workload} has no implementation {impl!r}; it has {', '.join(w.impls)}")
+        raise SystemExit(f"{prog}: {workload} has no implementation {impl!r}; it has {', '.join(w.impls)}")
     fn = w.impls[impl]()
     for _ in range(max(w.warmup, 3)):
         fn()
+    return fn
+
+
+def _run_inner(workload: str, impl: str, calls: int) -> None:
+    """Set up ``impl``, warm it up, then make ``calls`` calls with the collector paused."""
+    fn = warmed_up(workload, impl)
     gc.collect()
     gc.disable()
     for _ in range(calls):

@@ -33,17 +33,12 @@ import time
 from pathlib import Path
 
 from _harness import reexec_clean_env
-from icount import _workload
+from icount import warmed_up
 
 
 def _serve(workload: str, impl: str) -> None:
     """Worker: set up ``impl``, warm it up, then per line ``n`` on stdin time ``n`` calls."""
-    w = _workload(workload)
-    if impl not in w.impls:
-        raise SystemExit(f"isolated: {workload} has no implementation {impl!r}; it has {', '.join(w.impls)}")
-    fn = w.impls[impl]()
-    for _ in range(max(w.warmup, 3)):
-        fn()
+    fn = warmed_up(workload, impl, "isolated")
     print("ready", flush=True)
     for line in sys.stdin:
         n = int(line)

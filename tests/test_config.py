@@ -113,7 +113,7 @@ import ember
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
-def fault_counted():  # some sandboxes (gVisor among them) count no page faults
+def fault_counted():  # whether getrusage counts minor faults at all here
     before = faults()
     with mmap.mmap(-1, 1 << 20) as m:
         for i in range(0, len(m), mmap.PAGESIZE):
@@ -140,7 +140,9 @@ if info is not None:
 def returned_on_free(nbytes=1 << 20):  # bytes glibc gives back (heap trimmed, mapping undone)
     if info is None:  # mallinfo2: glibc 2.33
         return None
-    held = lambda: info().arena + info().hblkhd
+    def held():  # the heap's bytes and the mapped ones
+        m = info()
+        return m.arena + m.hblkhd
     a = np.ones(nbytes // 8)
     during = held()
     del a
@@ -172,6 +174,7 @@ _GLIBC_REASON = ("malloc_trim_threshold tunes glibc's malloc; on other C librari
 
 @pytest.mark.skipif(not _GLIBC, reason=_GLIBC_REASON)
 def test_malloc_trim_threshold_keeps_freed_memory():
+    assert ember._config.CONFIG["malloc_trim_threshold"] == ember._heap.initial_trim_threshold()
     probe = _heap_probe()
     assert probe["default"] == ember._heap.DEFAULT_TRIM_THRESHOLD
     kept, fresh = probe["kept"]["returned"], probe["fresh"]["returned"]
