@@ -42,7 +42,7 @@ from . import policies as _policies
 from ._patterns import Pattern, kind, matcher, namespace
 from .clip import clip_by_global_norm
 from .groups import Group, assign
-from .schedules import as_schedule
+from .schedules import as_schedule, constant
 
 __all__ = ["Optimizer", "PathOptimizer", "State", "Options"]
 
@@ -174,6 +174,7 @@ class PathOptimizer:
             raise ValueError(BAD_HPARAM.format(op=op, name="clip_norm", value=clip_norm, why="must be > 0"))
         self.clip_norm = clip_norm
         self._plans: dict[Any, _Plan] = {}
+        self._at: tuple[dict[str, Any], Any] | None = None  # (hparams, _hparams_at's result)
 
     # ------------------------------------------------------------------ hooks
     def _check_hparams(self, hp: Mapping[str, Any], group: str) -> None:
@@ -225,6 +226,19 @@ class PathOptimizer:
             hp = dict(self.hparams, **grp.hparams)
             hp["lr"] = float(as_schedule(hp["lr"])(step)) * grp.lr_scale
             out.append(hp)
+        return out
+
+    def _hparams_at(self, step: int) -> tuple[list[dict[str, Any]], list[tuple[str, ...]], dict]:
+        """``(hyperparameters per group, their slot names, kernels)`` at ``step``; ``kernels``
+        maps ``(group, Writer)`` to ``self._inplace(w, hp)`` (filled by the caller). Kept from
+        one step to the next while the learning rate is a constant and ``hparams`` unchanged."""
+        cached = self._at
+        if cached is not None and cached[0] == self.hparams:
+            return cached[1]
+        hps = self._group_hparams(step)
+        out = hps, [self._slots(hp) for hp in hps], {}
+        if self.groups is None and self.hparams["lr"].__class__ is constant:
+            self._at = (dict(self.hparams), out)
         return out
 
     def _plan(self, op: str, leaves: list[Any], td: Any) -> _Plan:
@@ -335,19 +349,26 @@ class PathOptimizer:
         (a Tensor), ``into[j]`` a ``(Writer, buffer)`` pair where the result may be written
         into that gradient's buffer (then ``grad_list[j]`` may be None: the buffer holds the
         gradient; never with ``clip_norm``, which reads them all first), else None."""
-        step = _policies.check_state(op, state)
-        hps = self._group_hparams(step)
-        slots = [self._slots(hp) for hp in hps]
-        old = state["params"]
+        step = state.get("step") if state.__class__ is dict else None
+        old = state.get("params") if step.__class__ is int and step >= 0 else None
+        if old.__class__ is not dict:  # (the usual layout read inline; anything else checked)
+            step = _policies.check_state(op, state)
+            old = state["params"]
+        hps, slots, kernels = self._hparams_at(step)
 
         # the per-parameter states, reconciled with the parameters (fast when nothing changed)
         fits = len(old) == len(plan.trainable)
         if fits:
             for i, pth, gi in plan.trainable:
                 s = old.get(pth)
-                if s is None or not _policies.fits(s, leaves[i], slots[gi]):
+                if s is None:
                     fits = False
                     break
+                names = slots[gi]
+                if names or s.__class__ is not dict or len(s) != 1 or s["step"].__class__ is not int:
+                    if not _policies.fits(s, leaves[i], names):  # (inline: no slots, the usual state)
+                        fits = False
+                        break
         if fits:
             pstates = old
         else:
@@ -359,7 +380,6 @@ class PathOptimizer:
             grad_list, _ = clip_by_global_norm(grad_list, self.clip_norm)
         new_leaves = list(leaves)
         new_states = dict(pstates)
-        kernels: dict = {}  # (group, Writer) -> self._inplace(w, hp)
         for (i, pth, gi), g, w_buf in zip(plan.trainable, grad_list, into):
             p = leaves[i]
             s = pstates[pth]

@@ -12,15 +12,18 @@ borrowed, a backend that writes in place).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 from .. import tree as _tree
 from ..autodiff import Tensor
-from ..autodiff._ownership import reuse_reason, writer
+from ..autodiff._ownership import _backend_writes, _borrowed, reuse_reason, writer
 from ..func._transforms import _check_options, _gradients, forward_backward, leaf_gradient
 from ._base import Optimizer, PathOptimizer, State
 
 __all__ = ["train_step"]
+
+getrefcount = sys.getrefcount
 
 
 def train_step(
@@ -68,6 +71,7 @@ def train_step(
         plan = optimizer._plan(update_op, leaves, treedef)
         grad_list, into = [], []
         T = None
+        fast = False
         clip = optimizer.clip_norm  # (clipping reads every gradient first: no None entries)
         for i, _, _ in plan.trainable:
             t = tracked[i]  # (trainable leaves are real floating: all tracked)
@@ -80,7 +84,13 @@ def train_step(
                     T = t.inner.__class__
                     d = T._ns._dispatch
                     w = writer(d)
-                if clip is None and reuse_reason(d, g, r, 1)[0] is None:
+                    fast = clip is None and _backend_writes(d)
+                # reuse_reason's usual outcome read inline (a fresh, writeable buffer that only
+                # this frame holds, nothing borrowed); any other case it decides itself
+                if fast and getattr(g, "base", 0) is None and getrefcount(g) == 2 and (
+                        not _borrowed or id(g) not in _borrowed) and getattr(
+                        getattr(g, "flags", None), "writeable", False) or (
+                        clip is None and reuse_reason(d, g, r, 1)[0] is None):
                     into.append((w, g))
                     grad_list.append(None)  # (the update wraps it if it has no in-place form)
                 else:
