@@ -218,9 +218,24 @@ def build(d) -> dict:
     from ._rules.elementwise import ce_dz, shifted_exp
 
     def softmax_cross_entropy_and_dz(z, t, axis, reduction):
-        """The loss, and its gradient for a unit cotangent per row (the VJP's ``dz``)."""
+        """The loss, and its gradient for a unit cotangent: of each row's loss (reduction
+        "none", or where the rows are not counted yet: the VJP's ``dz``), else of the sum or
+        mean itself (its ``dz_unit``, the mean's division done here), as ``(loss, key, grad)``."""
         s, e, total = shifted_exp(R, z, axis)
-        return ce_loss(t * (s - log(total)), axis, reduction), ce_dz(R, t, e, total, axis)
+        dz = ce_dz(R, t, e, total, axis)
+        loss = ce_loss(t * (s - log(total)), axis, reduction)
+        if reduction == "sum":
+            return loss, "dz_unit", dz
+        if reduction == "mean":
+            shape = z.shape
+            n = rows(shape, axis % len(shape)) if -len(shape) <= axis < len(shape) else None
+            if n:
+                if R._writes:  # (a fresh buffer of this function's)
+                    dz /= n
+                else:
+                    dz = dz / n
+                return loss, "dz_unit", dz
+        return loss, "dz", dz
 
     out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
     out["_softmax"] = fast_generic("_softmax", softmax_impl)
@@ -239,15 +254,15 @@ def build(d) -> dict:
             kept = []
 
             def impl(z, t, axis, reduction):
-                loss, dz = softmax_cross_entropy_and_dz(z, t, axis, reduction)
-                kept.append(dz)
+                loss, key, dz = softmax_cross_entropy_and_dz(z, t, axis, reduction)
+                kept.append((key, dz))
                 return loss
 
             params = {"axis": axis, "reduction": reduction}
             res = record("_softmax_cross_entropy", impl, (z, t), params)
             if res is not _GENERAL:
                 if kept and res._node is not None:
-                    res._node.params = {**params, "dz": kept[0]}
+                    res._node.params = {**params, kept[0][0]: kept[0][1]}
                 return res
         return sce_generic(z, t, axis=axis, reduction=reduction)
 

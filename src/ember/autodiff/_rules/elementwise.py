@@ -289,16 +289,20 @@ def _ce_rows(ns, g, z, axis, reduction):
     return g / rows if rows.__class__ is not int or rows else g  # no rows: an empty gradient
 
 
-def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none", dz=None):
+def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none", dz=None, dz_unit=None):
     # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t: kept by the forward
-    # (``dz``, see _wrappers.softmax_cross_entropy) or recomputed
+    # (``dz`` per row, or ``dz_unit`` for the reduced loss: see _wrappers.softmax_cross_entropy)
+    # or recomputed
+    if dz_unit is not None:
+        gz = g * dz_unit
+        return gz if gz.shape == z.shape and gz.dtype == z.dtype else fit(ns, gz, z)
     if dz is None:
         _, e, total = shifted_exp(ns, z, axis)
         dz = ce_dz(ns, t, e, total, axis)
     return fit(ns, _ce_rows(ns, g, z, axis, reduction) * dz, z)
 
 
-def _ce_targets(ns, g, ans, z, t, *, axis, reduction="none", dz=None):
+def _ce_targets(ns, g, ans, z, t, *, axis, reduction="none", dz=None, dz_unit=None):
     s, _, total = shifted_exp(ns, z, axis)
     return fit(ns, -_ce_rows(ns, g, z, axis, reduction) * (s - ns.log(total)), t)
 
