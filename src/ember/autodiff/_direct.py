@@ -24,11 +24,13 @@ broadcast_to        a zero-stride view for 0-d input
 astype              the ``ndarray.astype`` method
 ``_mask_product``   ``numpy.multiply`` of a cotangent by a bool mask
 ``_linear``         ``matmul``, then bias and ReLU in place
+``_seed_ones_like`` ``asarray(1, dtype)`` for a 0-d backward seed
 ==================  ============================================
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 #: reduction name -> (ufunc name, whether it takes ``dtype``)
@@ -133,7 +135,10 @@ def _linear(lib):
     complex_dtypes = {lib.dtype(lib.complex64), lib.dtype(lib.complex128)}
 
     def linear(x, w, b, *, relu=False):
-        check_linear(x, w, b, relu, complex_dtypes)
+        ws, xs = w.shape, x.shape  # check_linear's usual outcome inline; anything else, it checks
+        if len(ws) != 2 or not xs or xs[-1] != ws[1] or (b is not None and b.shape != (ws[0],)) or relu and (
+                x.dtype in complex_dtypes or w.dtype in complex_dtypes or b is not None and b.dtype in complex_dtypes):
+            check_linear(x, w, b, relu, complex_dtypes)
         y = matmul(x, w.T)
         if b is not None:
             if b.dtype == y.dtype:
@@ -161,17 +166,19 @@ def direct_functions(lib: Any) -> dict:
         out[name] = _logical(name, getattr(lib, ufunc).reduce)
     out["matmul"] = lib.matmul  # a ufunc: same positional signature
     if hasattr(lib.ndarray, "mT"):  # NumPy >= 2: the attribute raises ValueError for ndim < 2
-
-        def matrix_transpose(x, /):
-            return x.mT
-
-        out["matrix_transpose"] = matrix_transpose
+        out["matrix_transpose"] = operator.attrgetter("mT")  # (a C callable: no Python frame)
     out["permute_dims"] = lib.transpose  # its second parameter is ``axes`` too
     out["mean"] = _mean(lib)
     out["_mask_product"] = lib.multiply  # g * mask with a bool mask: no cast to g's dtype first
     out["broadcast_to"] = _broadcast_to(lib)
     out["astype"] = _astype(lib)
     out["_linear"] = _linear(lib)
+    asarray0, ones_like = lib.asarray, lib.ones_like
+
+    def seed_ones_like(x):  # the 0-d seed of a gradient: one C call (ones_like is Python)
+        return asarray0(1, dtype=x.dtype) if x.ndim == 0 else ones_like(x)
+
+    out["_seed_ones_like"] = seed_ones_like
     try:  # SciPy comes with scikit-learn, a dependency: its erf is one ufunc (nn.erf's kernel)
         from scipy.special import erf
     except ImportError:  # pragma: no cover - the Chebyshev series instead

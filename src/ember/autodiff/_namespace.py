@@ -207,7 +207,6 @@ class _Dispatcher:
         # asarray does it 10x faster than the compat layer's, which checks copy/device options
         lib = _backend.raw(bxp)
         self.coerce = coerce = getattr(lib, "asarray", bxp.asarray)
-        self.ones_like = getattr(lib, "ones_like", bxp.ones_like)  # seeds of backward passes
         A = self.A
 
         class T(Tensor):
@@ -247,6 +246,8 @@ class _Dispatcher:
         # corrected elementwise functions, and library kernels called without compat's frames
         self.fixes = {**direct_functions(lib), **_wrappers.backend_fixes(bxp)}
         self.raw_ns = _raw_namespace(bxp, self.fixes, modname)
+        # seeds of backward passes
+        self.ones_like = self.fixes.get("_seed_ones_like") or getattr(lib, "ones_like", bxp.ones_like)
         # the complex dtypes, for the rules' conjugation test (_rules/_util.is_complex)
         mod._complex = self.raw_ns._complex = _wrappers._dtype_set(bxp, ("complex64", "complex128"))
         # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
@@ -459,7 +460,16 @@ class _Dispatcher:
             ok = self.is_differentiable(ans)
         if not ok:
             return ans
-        node = make_node(rule, tuple(inner), params, tuple(parents), ans, top, self.module)
+        node = Node()  # (make_node's stores inline)
+        node.rule = rule
+        node.args = tuple(inner)
+        node.params = params
+        node.parents = tuple(parents)
+        node.ans = ans
+        node.g = None
+        node.trace = top
+        node.ns = self.module
+        node.index = None
         top.nodes.append(node)
         if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
             top.saver(node, impl)

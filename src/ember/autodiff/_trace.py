@@ -196,14 +196,19 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
     values right away, so memory falls as backward proceeds.
     """
     with quiet_gc:
-        if trace.remat is not None:  # some values were not kept: recompute them on the way
-            from ._checkpoint import backward_remat
+        backward_quiet(trace, seeds, retain)
 
-            backward_remat(trace, seeds, retain)
-        elif trace.level == 1 and all(g.__class__ is g._ns._Tensor and g._node is None for _, g in seeds):
-            _backward_raw(trace, seeds, retain)
-        else:
-            _backward_general(trace, seeds, retain)
+
+def backward_quiet(trace: Trace, seeds, retain: bool = False) -> None:
+    """``backward`` for a caller already inside ``quiet_gc`` (a transform's one ``with``)."""
+    if trace.remat is not None:  # some values were not kept: recompute them on the way
+        from ._checkpoint import backward_remat
+
+        backward_remat(trace, seeds, retain)
+    elif trace.level == 1 and all(g.__class__ is g._ns._Tensor and g._node is None for _, g in seeds):
+        _backward_raw(trace, seeds, retain)
+    else:
+        _backward_general(trace, seeds, retain)
 
 
 def _backward_general(trace: Trace, seeds, retain: bool) -> None:

@@ -24,7 +24,7 @@ from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import share as _share
 from ..autodiff._rules._util import shapes_fit
 from ..autodiff._tensor import raw_value
-from ..autodiff._trace import LeafNode, Trace, backward, quiet_gc
+from ..autodiff._trace import LeafNode, Trace, active_traces, backward, backward_quiet, quiet_gc
 
 __all__ = ["grad", "value_and_grad", "vjp", "stop_gradient"]
 
@@ -87,6 +87,7 @@ def _trace_args(args, argnums, trace):
     args = list(args)
     per_arg = []
     raw_only = None
+    new = object.__new__
     for i in argnums:
         if i >= len(args) or i < -len(args):
             raise TypeError(
@@ -115,11 +116,16 @@ def _trace_args(args, argnums, trace):
                 t = c()
                 t._value = x._value
                 t._node = x._node
-                node = LeafNode(trace, ns)
+                node = new(LeafNode)  # (the __init__s' stores inline: one call fewer each)
+                node.g = None
+                node.trace = trace
+                node.ns = ns
                 h = c()
                 h._value = t
                 h._node = node
-                tracked.append(_Leaf(t, node, False, h))
+                leaf = new(_Leaf)
+                leaf.inner, leaf.node, leaf.raw_input, leaf.handle = t, node, False, h
+                tracked.append(leaf)
                 handles.append(h)
                 raw_only = False
                 continue
@@ -245,9 +251,15 @@ def forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs):
     ``ember.optim.train_step``.
     """
     with quiet_gc:  # once around recording and backward (each would enter it)
-        with Trace(checkpointing) as trace:
+        trace = Trace(checkpointing)
+        trace.active = True  # (Trace.__enter__/__exit__ inline, without their quiet_gc)
+        active_traces.append(trace)
+        try:
             targs, per_arg, raw_only = _trace_args(args, nums, trace)
             res = f(*targs, **kwargs)
+        finally:
+            active_traces.remove(trace)
+            trace.active = False
         aux = None
         if has_aux:
             if not (isinstance(res, (tuple, list)) and len(res) == 2):
@@ -260,7 +272,7 @@ def forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs):
         node = value._node if isinstance(value, Tensor) else None
         if node is not None and node.trace is trace:
             value = value._value
-            backward(trace, [(node, _ones_like(value))])
+            backward_quiet(trace, [(node, _ones_like(value))])
     if raw_only and isinstance(value, Tensor):
         value = raw_value(value)
     return value, aux, per_arg, raw_only

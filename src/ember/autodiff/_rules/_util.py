@@ -99,9 +99,12 @@ def select_summed(ns, c, g, axis):
     never wrong.
     """
     if ns._cheap_any:
-        p = _mask_product(ns, g, c)
+        product = getattr(ns, "_mask_product", None)  # (_mask_product inline)
+        p = product(g, c) if product is not None else g * ns.astype(c, g.dtype)
         total = ns.sum(p, axis=axis)
-        if bool(ns.all(ns.isfinite(total))):
+        # finite sum of the sums: every term finite (one reduction and a scalar test instead of
+        # isfinite and all; an overflow to inf takes ``where``, as an inf would)
+        if math.isfinite(ns.sum(total)):
             return p, total
     p = ns.where(c, g, ns.zeros_like(g))
     return p, ns.sum(p, axis=axis)
