@@ -205,10 +205,18 @@ def backward_quiet(trace: Trace, seeds, retain: bool = False) -> None:
         from ._checkpoint import backward_remat
 
         backward_remat(trace, seeds, retain)
-    elif trace.level == 1 and all(g.__class__ is g._ns._Tensor and g._node is None for _, g in seeds):
+    elif trace.level == 1 and _untracked(seeds):
         _backward_raw(trace, seeds, retain)
     else:
         _backward_general(trace, seeds, retain)
+
+
+def _untracked(seeds) -> bool:
+    """Whether every seed cotangent is an untracked Tensor (so nothing records backward)."""
+    for _, g in seeds:
+        if g.__class__ is not g._ns._Tensor or g._node is not None:
+            return False
+    return True
 
 
 def _backward_general(trace: Trace, seeds, retain: bool) -> None:
@@ -338,7 +346,16 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
                         node.args = node.ans = node.params = None
                     continue
         if rule.raw:
-            args = tuple([a._value if a.__class__ is T else a for a in args])
+            n = len(args)  # (nn.linear's x, w, b, the loss's z, t: without a comprehension's frame)
+            if n == 3:
+                a, b, c = args
+                args = (a._value if a.__class__ is T else a, b._value if b.__class__ is T else b,
+                        c._value if c.__class__ is T else c)
+            elif n == 2:
+                a, b = args
+                args = (a._value if a.__class__ is T else a, b._value if b.__class__ is T else b)
+            else:
+                args = tuple([a._value if a.__class__ is T else a for a in args])
             if rule.nout > 1:
                 ans = tuple([a._value for a in ans])
                 g = rule.fill_cotangents(R, g, ans)

@@ -380,6 +380,7 @@ class PathOptimizer:
             grad_list, _ = clip_by_global_norm(grad_list, self.clip_norm)
         new_leaves = list(leaves)
         new_states = dict(pstates)
+        last_w = last_gi = k = None
         for (i, pth, gi), g, w_buf in zip(plan.trainable, grad_list, into):
             p = leaves[i]
             s = pstates[pth]
@@ -387,9 +388,11 @@ class PathOptimizer:
             names = slots[gi]
             if w_buf is not None:  # (g has p's shape and dtype: checked when the buffer was taken)
                 w, buf = w_buf
-                k = kernels.get((gi, w), False)
-                if k is False:
-                    k = kernels[gi, w] = self._inplace(w, hps[gi])
+                if w is not last_w or gi != last_gi:  # (one group and namespace: looked up once)
+                    k = kernels.get((gi, w), False)
+                    if k is False:
+                        k = kernels[gi, w] = self._inplace(w, hps[gi])
+                    last_w, last_gi = w, gi
                 if k is not None:
                     T = p.__class__
                     raw = {n: s[n]._value if s[n].__class__ is T else s[n] for n in names} if names else {}

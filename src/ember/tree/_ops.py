@@ -544,7 +544,7 @@ class TreeDef:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TreeDef):
             return NotImplemented
-        if self is other:
+        if self is other or self._root is other._root:  # (shared nodes: flattens of one structure)
             return True
         if self._num_leaves != other._num_leaves:
             return False
