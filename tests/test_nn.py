@@ -246,6 +246,17 @@ def test_cross_entropy_backward_from_kept_dz_matches_recomputing(reduction):
     np.testing.assert_allclose(hv.raw, fd, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int64"])
+def test_linear_relu_on_integer_and_bool_inputs(dtype):
+    """The fused kernel's in-place ReLU keeps the product's dtype (a Python 0 would promote bool
+    to int64 and fail to write back); values are the composition's."""
+    x = xp.asarray(np.array([[1, 0], [1, 1]]).astype(dtype))
+    w = xp.asarray(np.array([[1, 1], [0, 1], [1, 0]]).astype(dtype))
+    y = nn.linear(x, w, activation=nn.relu)
+    assert y.dtype == x.dtype
+    np.testing.assert_array_equal(y.raw.astype(np.int64), nn.relu(x @ w.mT).raw.astype(np.int64))
+
+
 def test_linear_errors_name_shapes_and_fix():
     with pytest.raises(ember.ShapeError, match=r"linear: input of shape \(2, 3\), weight of shape \(4, 5\)"):
         nn.linear(xp.ones((2, 3)), xp.ones((4, 5)))

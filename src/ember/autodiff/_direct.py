@@ -146,7 +146,7 @@ def _linear(lib):
             else:  # promotes
                 y = y + b
         if relu:
-            maximum(y, 0, out=y)  # (a weak Python 0: y's dtype, no scalar object per call)
+            maximum(y, y.dtype.type(0), out=y)
         return y
 
     return linear
