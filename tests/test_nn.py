@@ -257,6 +257,26 @@ def test_linear_relu_on_integer_and_bool_inputs(dtype):
     np.testing.assert_array_equal(y.raw.astype(np.int64), nn.relu(x @ w.mT).raw.astype(np.int64))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the overflows and infs are the point)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_linear_relu_vjp_with_inf_or_huge_cotangents_selects(dtype):
+    """The fused VJP multiplies by the ReLU mask only when the masked sums come out finite; an
+    inf where the ReLU is off (or sums that overflow) takes ``where``: 0 there, never NaN, as
+    the composition's VJP gives."""
+    x = xp.asarray(np.array([[1.0, -1.0], [-1.0, 1.0], [2.0, 2.0]], dtype))
+    w = xp.asarray(np.array([[1.0, 0.0], [0.0, 1.0]], dtype))
+    b = xp.asarray(np.zeros(2, dtype))
+    big = float(np.finfo(dtype).max)
+    for ct in ([[np.inf, 1.0], [1.0, 2.0], [3.0, 4.0]],     # inf where row 0, unit 0 ... is on
+               [[1.0, np.inf], [np.inf, 1.0], [1.0, 1.0]],  # infs where the ReLU is off
+               [[big, 1.0], [1.0, big], [big, big]]):       # finite, but the sums overflow
+        c = xp.asarray(np.array(ct, dtype))
+        _, pull = ember.vjp(lambda x, w, b: nn.linear(x, w, b, activation=nn.relu), x, w, b)
+        _, pull_c = ember.vjp(lambda x, w, b: nn.relu(x @ w.mT + b), x, w, b)
+        for got, want in zip(pull(c), pull_c(c)):
+            np.testing.assert_array_equal(got.raw, want.raw)
+
+
 def test_linear_errors_name_shapes_and_fix():
     with pytest.raises(ember.ShapeError, match=r"linear: input of shape \(2, 3\), weight of shape \(4, 5\)"):
         nn.linear(xp.ones((2, 3)), xp.ones((4, 5)))

@@ -247,8 +247,9 @@ def build(d) -> dict:
 
     def softmax_cross_entropy(z, t, /, *, axis, reduction="none"):
         """Recorded with traced logits (one level, no checkpointing), the node keeps the
-        per-row gradient ``dz`` the forward computes anyway, in its params: the VJP is then
-        one product instead of recomputing the softmax (four reductions along short rows)."""
+        gradient the forward computes anyway, in its params (``dz_unit`` for the sum or mean,
+        ``dz`` per row): the VJP is then one product instead of recomputing the softmax (four
+        reductions along short rows)."""
         n = z._node if z.__class__ is T else None
         if n is not None and n.trace.saver is None and not d._claims:
             kept = []
