@@ -768,3 +768,31 @@ def test_patterns_agree_with_tree_filter():
     for pat in ["a.*", "*", 'a["x y"]', "d[3]", "l.?", "*b*"]:
         m = matcher(pat)
         assert sorted(tree.filter(params, pat)) == sorted(str(p) for p in tree.paths(params) if m(str(p)))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_hyperparameters_changed_between_steps_take_effect(fused):
+    """The update keeps its hyperparameters and kernels from step to step while the learning
+    rate is a constant; a changed ``hparams`` entry is read again at the next step."""
+    import ember.autodiff.numpy as xp
+
+    opt = optim.SGD(0.5)
+    params = {"w": xp.asarray([1.0, -2.0])}
+    state = opt.init(params)
+    loss = lambda p: xp.sum(p["w"] ** 2)  # noqa: E731 - gradient 2w
+    step = optim.train_step(loss, opt) if fused else None
+
+    def update(p, s):
+        if fused:
+            return step(p, s)[1:]
+        return opt.update(p, ember.grad(loss)(p), s)
+
+    params, state = update(params, state)
+    np.testing.assert_allclose(params["w"].raw, [0.0, 0.0])  # w - 0.5 * 2w
+    params = {"w": xp.asarray([1.0, -2.0])}
+    opt.hparams["lr"] = optim.schedules.constant(0.25)
+    params, state = update(params, state)
+    np.testing.assert_allclose(params["w"].raw, [0.5, -1.0])  # w - 0.25 * 2w
+    opt.hparams["weight_decay"] = 1.0
+    params, state = update({"w": xp.asarray([1.0, -2.0])}, state)
+    np.testing.assert_allclose(params["w"].raw, [0.25, -0.5])  # w - 0.25 * (2w + w)
