@@ -796,3 +796,21 @@ def test_hyperparameters_changed_between_steps_take_effect(fused):
     opt.hparams["weight_decay"] = 1.0
     params, state = update({"w": xp.asarray([1.0, -2.0])}, state)
     np.testing.assert_allclose(params["w"].raw, [0.25, -0.5])  # w - 0.25 * (2w + w)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_state_entry_without_step_is_reinitialised(fused):
+    """An entry that does not fit its parameter (here: no "step") follows on_new="init", in
+    update and in train_step, rather than failing on the missing key."""
+    import ember.autodiff.numpy as xp
+
+    opt = optim.SGD(0.5)
+    params = {"w": xp.asarray([1.0, -2.0])}
+    state = {"step": 3, "params": {"w": {"foo": 1}}}
+    loss = lambda p: xp.sum(p["w"] ** 2)  # noqa: E731
+    if fused:
+        _, params, state = optim.train_step(loss, opt)(params, state)
+    else:
+        params, state = opt.update(params, ember.grad(loss)(params), state)
+    np.testing.assert_allclose(params["w"].raw, [0.0, 0.0])
+    assert state == {"step": 4, "params": {"w": {"step": 1}}}

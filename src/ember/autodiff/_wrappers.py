@@ -223,10 +223,10 @@ def build(d) -> dict:
         mean itself (its ``dz_unit``, the mean's division done here), as ``(loss, key, grad)``."""
         s, e, total = shifted_exp(R, z, axis)
         dz = ce_dz(R, t, e, total, axis)
-        terms = t * (s - log(total))
+        loss = ce_loss(t * (s - log(total)), axis, reduction)
         if reduction == "sum":
-            return -rsum(terms), "dz_unit", dz
-        if reduction == "mean":  # (ce_loss's mean, its row count shared with dz)
+            return loss, "dz_unit", dz
+        if reduction == "mean":
             shape = z.shape
             n = rows(shape, axis % len(shape)) if -len(shape) <= axis < len(shape) else None
             if n:
@@ -234,8 +234,8 @@ def build(d) -> dict:
                     dz /= n
                 else:
                     dz = dz / n
-                return -rsum(terms) / n, "dz_unit", dz
-        return ce_loss(terms, axis, reduction), "dz", dz
+                return loss, "dz_unit", dz
+        return loss, "dz", dz
 
     out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
     out["_softmax"] = fast_generic("_softmax", softmax_impl)

@@ -66,11 +66,7 @@ def linear(x: Any, weight: Any, bias: Any = None, *, activation: Callable[[Any],
     >>> linear(xp.ones((2, 3)), xp.ones((4, 3)), xp.zeros(4), activation=relu).shape
     (2, 4)
     """
-    c = weight.__class__  # (namespace's usual case inline: Tensors of one ember namespace)
-    xp = getattr(c, "_ns", None)
-    if xp is None or c is not getattr(xp, "_Tensor", None) or x.__class__ is not c or (
-            bias is not None and bias.__class__ is not c):
-        xp = namespace(x, weight, bias)
+    xp = namespace(x, weight, bias)
     fused = getattr(xp, "_linear", None)
     if fused is not None and (activation is None or activation is relu):
         return fused(x, weight, bias, relu=activation is relu)

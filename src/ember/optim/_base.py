@@ -349,26 +349,18 @@ class PathOptimizer:
         (a Tensor), ``into[j]`` a ``(Writer, buffer)`` pair where the result may be written
         into that gradient's buffer (then ``grad_list[j]`` may be None: the buffer holds the
         gradient; never with ``clip_norm``, which reads them all first), else None."""
-        step = state.get("step") if state.__class__ is dict else None
-        old = state.get("params") if step.__class__ is int and step >= 0 else None
-        if old.__class__ is not dict:  # (the usual layout read inline; anything else checked)
-            step = _policies.check_state(op, state)
-            old = state["params"]
+        step = _policies.check_state(op, state)
         hps, slots, kernels = self._hparams_at(step)
+        old = state["params"]
 
         # the per-parameter states, reconciled with the parameters (fast when nothing changed)
         fits = len(old) == len(plan.trainable)
         if fits:
             for i, pth, gi in plan.trainable:
                 s = old.get(pth)
-                if s is None:
+                if s is None or not _policies.fits(s, leaves[i], slots[gi]):
                     fits = False
                     break
-                names = slots[gi]
-                if names or s.__class__ is not dict or len(s) != 1 or s["step"].__class__ is not int:
-                    if not _policies.fits(s, leaves[i], names):  # (inline: no slots, the usual state)
-                        fits = False
-                        break
         if fits:
             pstates = old
         else:
@@ -380,7 +372,6 @@ class PathOptimizer:
             grad_list, _ = clip_by_global_norm(grad_list, self.clip_norm)
         new_leaves = list(leaves)
         new_states = dict(pstates)
-        last_w = last_gi = k = None
         for (i, pth, gi), g, w_buf in zip(plan.trainable, grad_list, into):
             p = leaves[i]
             s = pstates[pth]
@@ -388,11 +379,9 @@ class PathOptimizer:
             names = slots[gi]
             if w_buf is not None:  # (g has p's shape and dtype: checked when the buffer was taken)
                 w, buf = w_buf
-                if w is not last_w or gi != last_gi:  # (one group and namespace: looked up once)
-                    k = kernels.get((gi, w), False)
-                    if k is False:
-                        k = kernels[gi, w] = self._inplace(w, hps[gi])
-                    last_w, last_gi = w, gi
+                k = kernels.get((gi, w), False)
+                if k is False:
+                    k = kernels[gi, w] = self._inplace(w, hps[gi])
                 if k is not None:
                     T = p.__class__
                     raw = {n: s[n]._value if s[n].__class__ is T else s[n] for n in names} if names else {}

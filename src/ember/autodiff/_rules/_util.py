@@ -99,8 +99,7 @@ def select_summed(ns, c, g, axis):
     never wrong.
     """
     if ns._cheap_any:
-        product = getattr(ns, "_mask_product", None)  # (_mask_product inline)
-        p = product(g, c) if product is not None else g * ns.astype(c, g.dtype)
+        p = _mask_product(ns, g, c)
         total = ns.sum(p, axis=axis)
         # finite sum of the sums: every term finite (one reduction and a scalar test instead of
         # isfinite and all; an overflow to inf takes ``where``, as an inf would)
