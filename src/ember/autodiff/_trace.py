@@ -112,6 +112,20 @@ class Trace:
         quiet_gc.__exit__()
         return False
 
+    def release(self) -> None:
+        """Drop the tape: every node's saved values, then the node list.
+
+        What a backward pass without ``retain`` does as it goes; a retained tape
+        (a VJP function's) calls it when its owner dies. Why: a tape is cycles
+        (``trace.nodes`` -> node -> ``node.trace``; node -> its result's handle),
+        so without this it waited for a full GC pass, and ownership kept
+        scanning it before every in-place write until then.
+        """
+        for node in self.nodes:
+            node.args = node.ans = node.params = None
+        self.nodes.clear()
+        self.saver = self.remat = None
+
     def __repr__(self):
         return f"<Trace level={self.level} nodes={len(self.nodes)} active={self.active}>"
 

@@ -16,6 +16,7 @@ library, so plain NumPy model code can be differentiated.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, Callable, Sequence
 
 from .. import tree as _tree
@@ -369,6 +370,8 @@ def vjp(f: Callable, *primals: Any, has_aux: bool = False, checkpointing: str = 
         backward(trace, seeds, retain=True)
         return tuple(_gradients(per_arg, "zeros"))
 
+    # free the tape (it is cycles) with the last reference to vjp_fn, not at the next GC pass
+    weakref.finalize(vjp_fn, trace.release).atexit = False
     out = _tree.map(lambda a: _lower(a, trace), res)
     if all_raw and per_arg:
         out = _tree.map(lambda a: raw_value(a) if isinstance(a, Tensor) else a, out)
