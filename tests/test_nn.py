@@ -253,8 +253,23 @@ def test_linear_relu_on_integer_and_bool_inputs(dtype):
     x = xp.asarray(np.array([[1, 0], [1, 1]]).astype(dtype))
     w = xp.asarray(np.array([[1, 1], [0, 1], [1, 0]]).astype(dtype))
     y = nn.linear(x, w, activation=nn.relu)
+    composed = nn.relu(x @ w.mT)
+    assert y.dtype == composed.dtype == x.dtype
+    np.testing.assert_array_equal(y.raw, composed.raw)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int64", "float32"])
+@pytest.mark.parametrize("where", ["ember", "numpy", "array_api_strict"])
+def test_relu_keeps_the_dtype(dtype, where):
+    """``relu(x)`` has ``x``'s dtype on every namespace: a bool stays bool (NumPy's
+    ``maximum(b, 0)`` is int64; the standard leaves bool with int undefined)."""
+    values = np.array([[True, False], [False, True]]) if dtype == "bool" else np.array([[-2, 0], [3, -1]])
+    ns = {"ember": xp, "numpy": np, "array_api_strict": pytest.importorskip("array_api_strict")}[where]
+    x = ns.asarray(values.astype(dtype))
+    y = nn.relu(x)
     assert y.dtype == x.dtype
-    np.testing.assert_array_equal(y.raw.astype(np.int64), nn.relu(x @ w.mT).raw.astype(np.int64))
+    raw = y.raw if isinstance(y, ember.Tensor) else y
+    np.testing.assert_array_equal(np.asarray(raw), np.maximum(values, 0).astype(dtype))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the overflows and infs are the point)

@@ -13,6 +13,7 @@ import math
 import warnings
 
 from ._tensor import Tensor, raw_value
+from ._rules.elementwise import relu_value
 
 
 
@@ -172,10 +173,10 @@ def build(d) -> dict:
 
     out["asarray"] = asarray
 
-    maximum = xp.maximum
+    maximum, bool_ = xp.maximum, xp.bool
 
-    def relu_impl(x):
-        return maximum(x, 0)
+    def relu_impl(x):  # rules/elementwise.relu_value with the dtype test first (the hot case)
+        return maximum(x, 0) if x.dtype != bool_ else relu_value(xp, x)
 
     out["_relu"] = d._unary("_relu", relu_impl)  # nn.relu's primitive, on the unary fast path
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autodiff._rules.elementwise import gelu_tanh_u
+from ..autodiff._rules.elementwise import gelu_tanh_u, relu_value
 from ._util import erf, namespace
 
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "identity"]
@@ -21,14 +21,15 @@ def identity(x: Any) -> Any:
 
 
 def relu(x: Any) -> Any:
-    """``max(x, 0)`` (NaN stays NaN); the gradient at 0 is 0 (as in PyTorch and JAX).
+    """``max(x, 0)`` in ``x``'s dtype (NaN stays NaN, a bool stays bool); the gradient at 0 is 0
+    (as in PyTorch and JAX).
 
     ember namespaces have it as one primitive (``xp._relu``) whose backward is
     a masked product; other namespaces compute ``maximum(x, 0)``.
     """
     xp = namespace(x)
     f = getattr(xp, "_relu", None)
-    return f(x) if f is not None else xp.maximum(x, 0)
+    return f(x) if f is not None else relu_value(xp, x)
 
 
 def sigmoid(x: Any) -> Any:

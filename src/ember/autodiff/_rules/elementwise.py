@@ -239,6 +239,19 @@ defvjp("astype", lambda ns, g, ans, x, dtype, **kw: fit(ns, g, x))
 defvjp("copy", lambda ns, g, ans, x: g)
 # nn.relu: max(x, 0) whose derivative at 0 is 0 (PyTorch's and JAX's choice), not maximum's 1/2
 defvjp("_relu", lambda ns, g, ans, x: select(ns, x > 0, g))
+
+
+def relu_value(ns, x):
+    """``max(x, 0)`` in ``x``'s dtype: a bool stays bool (``max(b, False)`` is ``b``).
+
+    Why not ``maximum(x, 0)`` alone: NumPy promotes a bool array with a Python 0
+    to int64, and the standard does not define bool with int at all.
+    """
+    if x.dtype == ns.bool:
+        return ns.asarray(x, copy=True)
+    return ns.maximum(x, 0)
+
+
 # nn.erf (one primitive; the forward is a Chebyshev series, see autodiff/_erf.py)
 defvjp("_erf", lambda ns, g, ans, x: g * (2.0 / math.sqrt(math.pi)) * ns.exp(-(x * x)))
 # nn.gelu(approximate=True) (one primitive): 0.5 x (1 + tanh(u)), u = c (x + k x^3)
