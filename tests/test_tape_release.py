@@ -4,7 +4,9 @@ Why: a tape is made of cycles (trace -> nodes -> trace, node -> result
 handle), so one that waits for the cyclic collector holds its saved arrays
 until the next full pass (which ember defers while tapes are recorded), and
 the ownership layer keeps scanning it before every in-place write. A VJP
-function retains its tape on purpose, until the function itself is dropped.
+function retains its tape on purpose, until the function itself is dropped;
+a transform that fails (or whose value does not depend on its inputs, so no
+backward pass runs) frees the tape it recorded before returning or raising.
 """
 
 from __future__ import annotations
@@ -80,4 +82,48 @@ def test_vjp_function_keeps_its_tape_until_dropped(no_gc):
     ref = weakref.ref(trace)
     del pull, trace
     assert ref() is None, "dropping the VJP function must free its tape"
+    assert gc.collect() == 0
+
+
+def _raises(x):
+    _ = xp.sin(x) * x
+    raise ValueError("boom")
+
+
+FAILING = {
+    "grad_raises": (lambda x: ember.grad(_raises)(x), ValueError),
+    "value_and_grad_raises": (lambda x: ember.value_and_grad(_raises)(x), ValueError),
+    "vjp_raises": (lambda x: ember.vjp(_raises, x), ValueError),
+    "jvp_raises": (lambda x: ember.jvp(_raises, (x,), (x,)), ValueError),
+    "grad_non_scalar": (lambda x: ember.grad(lambda t: xp.sin(t) * t)(x), ember.NotDifferentiableError),
+    "grad_bad_aux": (lambda x: ember.grad(lambda t: xp.sum(xp.sin(t)), has_aux=True)(x), TypeError),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILING))
+def test_failed_transform_frees_its_tape(name, no_gc):
+    x = xp.asarray(X)
+    call, error = FAILING[name]
+    with pytest.raises(error):
+        call(x)
+    assert len(live_traces) == 0
+    assert gc.collect() == 0
+
+
+def test_grad_of_a_value_that_does_not_depend_on_the_input_frees_the_tape(no_gc):
+    def const(x):
+        _ = xp.exp(x) * x  # recorded, but the value does not use it
+        return xp.asarray(3.0)
+
+    np.testing.assert_array_equal(ember.grad(const)(xp.asarray(X)).raw, np.zeros_like(X))
+    assert len(live_traces) == 0
+    assert gc.collect() == 0
+
+
+def test_memory_report_frees_its_tapes(no_gc):
+    from ember.autodiff import memory_report
+
+    report = memory_report(lambda x: xp.sum(xp.tanh(xp.exp(x))), xp.asarray(X))
+    assert report["none"].total_bytes > 0
+    assert len(live_traces) == 0
     assert gc.collect() == 0

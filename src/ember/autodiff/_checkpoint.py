@@ -526,31 +526,34 @@ def memory_report(f: Callable, *args, strategies=STRATEGIES, **kwargs) -> Memory
     >>> r["balanced"].total_bytes < r["none"].total_bytes
     True
     """
-    from .. import tree as _tree
-    from ._namespace import namespace
-    from ._trace import make_node
-
     out = {}
     for strategy in strategies:
         if strategy not in STRATEGIES:
             raise ValueError(BAD_STRATEGY.format(choices=STRATEGIES, got=strategy))
-        with Trace(strategy) as trace:
-            targs = []
-            for a in args:
-                leaves, treedef = _tree.flatten(a)
-                new = []
-                for x in leaves:
-                    if isinstance(x, Tensor) or hasattr(x, "__array_namespace__"):
-                        t = namespace(x).asarray(x) if not isinstance(x, Tensor) else x
-                        ns = type(t)._ns
-                        if ns._dispatch.is_differentiable(t):
-                            t = ns._dispatch.make(t, make_node(None, None, None, (), None, trace, ns))
-                        new.append(t)
-                    else:
-                        new.append(x)
-                targs.append(_tree.unflatten(treedef, new))
-            res = f(*targs, **kwargs)
-        out[strategy] = StrategyReport(strategy, _kept(trace))
-        del res, targs
-        trace.nodes.clear()
+        trace = Trace(strategy)
+        try:
+            with trace:
+                targs = [_traced(a, trace) for a in args]
+                res = f(*targs, **kwargs)
+            out[strategy] = StrategyReport(strategy, _kept(trace))
+        finally:
+            trace.release()
     return MemoryReport(out)
+
+
+def _traced(a, trace):
+    """``a`` with each differentiable array leaf a leaf of ``trace`` (memory_report's inputs)."""
+    from .. import tree as _tree
+    from ._namespace import namespace
+    from ._trace import make_node
+
+    leaves, treedef = _tree.flatten(a)
+    new = []
+    for x in leaves:
+        if isinstance(x, Tensor) or hasattr(x, "__array_namespace__"):
+            x = namespace(x).asarray(x) if not isinstance(x, Tensor) else x
+            ns = type(x)._ns
+            if ns._dispatch.is_differentiable(x):
+                x = ns._dispatch.make(x, make_node(None, None, None, (), None, trace, ns))
+        new.append(x)
+    return _tree.unflatten(treedef, new)

@@ -256,24 +256,28 @@ def forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs):
         trace.active = True  # (Trace.__enter__/__exit__ inline, without their quiet_gc)
         active_traces.append(trace)
         try:
-            targs, per_arg, raw_only = _trace_args(args, nums, trace)
-            res = f(*targs, **kwargs)
-        finally:
-            active_traces.remove(trace)
-            trace.active = False
-        aux = None
-        if has_aux:
-            if not (isinstance(res, (tuple, list)) and len(res) == 2):
-                raise TypeError(
-                    f"{op}: the function must return a pair (value, aux), got {type(res).__name__}"
-                )
-            res, aux = res
-            aux = _tree.map(lambda a: _lower(a, trace), aux)
-        value = _scalar_output("grad", res, trace)
-        node = value._node if isinstance(value, Tensor) else None
-        if node is not None and node.trace is trace:
-            value = value._value
-            backward_quiet(trace, [(node, _ones_like(value))])
+            try:
+                targs, per_arg, raw_only = _trace_args(args, nums, trace)
+                res = f(*targs, **kwargs)
+            finally:
+                active_traces.remove(trace)
+                trace.active = False
+            aux = None
+            if has_aux:
+                if not (isinstance(res, (tuple, list)) and len(res) == 2):
+                    raise TypeError(
+                        f"{op}: the function must return a pair (value, aux), got {type(res).__name__}"
+                    )
+                res, aux = res
+                aux = _tree.map(lambda a: _lower(a, trace), aux)
+            value = _scalar_output("grad", res, trace)
+            node = value._node if isinstance(value, Tensor) else None
+            if node is not None and node.trace is trace:
+                value = value._value
+                backward_quiet(trace, [(node, _ones_like(value))])
+        finally:  # backward freed the tape as it went; not run (an error, a constant value): free it
+            if trace.nodes:
+                trace.release()
     if raw_only and isinstance(value, Tensor):
         value = raw_value(value)
     return value, aux, per_arg, raw_only
@@ -334,13 +338,17 @@ def vjp(f: Callable, *primals: Any, has_aux: bool = False, checkpointing: str = 
     """
     _check_options("vjp", checkpointing, "zeros")
     trace = Trace(checkpointing)
-    with trace:
-        targs, per_arg, _ = _trace_args(primals, tuple(range(len(primals))), trace)
-        res = f(*targs)
-    aux = None
-    if has_aux:
-        res, aux = res
-        aux = _tree.map(lambda a: _lower(a, trace), aux)
+    try:
+        with trace:
+            targs, per_arg, _ = _trace_args(primals, tuple(range(len(primals))), trace)
+            res = f(*targs)
+        aux = None
+        if has_aux:
+            res, aux = res
+            aux = _tree.map(lambda a: _lower(a, trace), aux)
+    except BaseException:
+        trace.release()  # no vjp_fn will own the tape
+        raise
     out_leaves, out_def = _tree.flatten(res)
     all_raw = all(t is None or t.raw_input for _, _, ts in per_arg for t in ts)
 
