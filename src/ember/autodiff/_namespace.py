@@ -469,7 +469,6 @@ class _Dispatcher:
         node.g = None
         node.trace = top
         node.ns = self.module
-        node.index = None
         top.nodes.append(node)
         if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
             top.saver(node, impl)
@@ -565,7 +564,7 @@ class _Dispatcher:
                 node.params = _NOPARAMS
                 node.parents = (n,)
                 node.ans = ans
-                node.g = node.index = None
+                node.g = None
                 node.trace = top
                 node.ns = mod
                 top.nodes.append(node)
@@ -668,7 +667,7 @@ class _Dispatcher:
             node.params = _NOPARAMS
             node.parents = (n1, n2)
             node.ans = ans
-            node.g = node.index = None
+            node.g = None
             node.trace = top
             node.ns = mod
             top.nodes.append(node)

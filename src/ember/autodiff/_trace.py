@@ -20,7 +20,7 @@ import weakref
 
 from .._config import CONFIG
 
-__all__ = ["Trace", "Node", "LeafNode", "make_node", "active_traces", "live_traces", "backward"]
+__all__ = ["Trace", "Node", "SelectNode", "LeafNode", "make_node", "active_traces", "live_traces", "backward"]
 
 #: Stack of traces that are open right now, innermost last.
 active_traces: list = []
@@ -136,10 +136,11 @@ class Node:
     ``parents[i]`` is the node of input i on the same trace, or None when input
     i is a constant for this trace. ``g`` accumulates the cotangent of ``ans``
     during the backward pass. Leaves (the inputs of a transform) have
-    ``rule is None``.
+    ``rule is None``. Eight slots: a node is 96 bytes (a ninth would make it
+    112, and a 1,000,000-op tape is a million of them).
     """
 
-    __slots__ = ("rule", "args", "params", "parents", "ans", "g", "trace", "ns", "index")
+    __slots__ = ("rule", "args", "params", "parents", "ans", "g", "trace", "ns")
     # Node() then filling the slots is twice as fast as a Python __init__; the
     # elementwise fast paths do that inline, everything else calls make_node
     __init__ = object.__init__
@@ -147,6 +148,12 @@ class Node:
     def __repr__(self):
         name = self.rule.name if self.rule is not None else "leaf"
         return f"<Node {name} level={self.trace.level}>"
+
+
+class SelectNode(Node):
+    """Output ``index`` of a multi-output node (``parents == (node,)``, rule ``_select``)."""
+
+    __slots__ = ("index",)
 
 
 class LeafNode:
@@ -158,7 +165,7 @@ class LeafNode:
     """
 
     __slots__ = ("g", "trace", "ns")
-    rule = args = params = ans = index = None
+    rule = args = params = ans = None
     parents = ()
 
     def __init__(self, trace, ns):
@@ -171,8 +178,9 @@ class LeafNode:
 
 
 def make_node(rule, args, params, parents, ans, trace, ns, index=None) -> Node:
-    """A new tape node (see :class:`Node` for the fields); ``g`` starts empty."""
-    n = Node()
+    """A new tape node (see :class:`Node` for the fields; a :class:`SelectNode` with an
+    ``index``); ``g`` starts empty."""
+    n = Node() if index is None else SelectNode()
     n.rule = rule
     n.args = args
     n.params = params
@@ -181,7 +189,8 @@ def make_node(rule, args, params, parents, ans, trace, ns, index=None) -> Node:
     n.g = None
     n.trace = trace
     n.ns = ns
-    n.index = index
+    if index is not None:
+        n.index = index
     return n
 
 
