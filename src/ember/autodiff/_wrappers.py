@@ -9,6 +9,7 @@ unstack, broadcast_arrays, diff) and the backend's own function otherwise.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -173,12 +174,8 @@ def build(d) -> dict:
 
     out["asarray"] = asarray
 
-    maximum, bool_ = xp.maximum, xp.bool
-
-    def relu_impl(x):  # rules/elementwise.relu_value with the dtype test first (the hot case)
-        return maximum(x, 0) if x.dtype != bool_ else relu_value(xp, x)
-
-    out["_relu"] = d._unary("_relu", relu_impl)  # nn.relu's primitive, on the unary fast path
+    # nn.relu's primitive, on the unary fast path (a partial: no Python frame of its own)
+    out["_relu"] = d._unary("_relu", functools.partial(relu_value, xp))
 
     # nn.softmax / nn.log_softmax as single primitives: one tape node and a fused VJP
     # instead of six nodes (max, subtract, exp, sum, log, subtract) and their VJPs;
@@ -206,12 +203,15 @@ def build(d) -> dict:
         total = -rsum(terms)
         if reduction == "sum":
             return total
-        shape = terms.shape
-        if -len(shape) <= axis < len(shape):  # else the per-row sum raises the axis error
-            n = rows(shape, axis % len(shape))
-            if n:  # sizes known and rows there (none: the mean's own NaN and warning, below)
-                return total / n
+        n = mean_rows(terms.shape, axis)
+        if n:  # sizes known and rows there (none: the mean's own NaN and warning, below)
+            return total / n
         return rmean(-rsum(terms, axis=axis))
+
+    def mean_rows(shape, axis):
+        """The rows a mean over the per-row losses divides by; None where a size is unknown
+        or ``axis`` is out of range (the per-row sum then raises the axis error)."""
+        return rows(shape, axis % len(shape)) if -len(shape) <= axis < len(shape) else None
 
     def softmax_cross_entropy_impl(z, t, axis, reduction="none"):
         return ce_loss(t * log_softmax_impl(z, axis), axis, reduction)
@@ -228,8 +228,7 @@ def build(d) -> dict:
         if reduction == "sum":
             return loss, "dz_unit", dz
         if reduction == "mean":
-            shape = z.shape
-            n = rows(shape, axis % len(shape)) if -len(shape) <= axis < len(shape) else None
+            n = mean_rows(z.shape, axis)
             if n:
                 if R._writes:  # (a fresh buffer of this function's)
                     dz /= n
@@ -308,7 +307,7 @@ def build(d) -> dict:
         y = rmatmul(x, rmT(w))
         if b is not None:
             y = y + b
-        return maximum(y, 0) if relu else y
+        return relu_value(xp, y) if relu else y
 
     out["_linear"] = fast_generic("_linear", d.fixes.get("_linear") or linear_impl)
 

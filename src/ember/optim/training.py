@@ -87,10 +87,12 @@ def train_step(
                     fast = clip is None and _backend_writes(d)
                 # reuse_reason's usual outcome read inline (a fresh, writeable buffer that only
                 # this frame holds, nothing borrowed); any other case it decides itself
-                if fast and getattr(g, "base", 0) is None and getrefcount(g) == 2 and (
-                        not _borrowed or id(g) not in _borrowed) and getattr(
-                        getattr(g, "flags", None), "writeable", False) or (
-                        clip is None and reuse_reason(d, g, r, 1)[0] is None):
+                reuse = fast and getattr(g, "base", 0) is None and getrefcount(g) == 2 and (
+                    not _borrowed or id(g) not in _borrowed) and getattr(
+                    getattr(g, "flags", None), "writeable", False)
+                if not reuse and clip is None:
+                    reuse = reuse_reason(d, g, r, 1)[0] is None
+                if reuse:
                     into.append((w, g))
                     grad_list.append(None)  # (the update wraps it if it has no in-place form)
                 else:
