@@ -1,0 +1,123 @@
+"""The GEMMs of one ``nn.Linear`` training step with the weight row- or column-major.
+
+Why: ``nn.Linear`` keeps its weight ``(out, in)`` (PyTorch's layout), so the
+forward ``x @ w.T`` hands BLAS a transposed operand. Whether that costs
+anything depends on the BLAS, the dtype and the shapes, and a layer's
+backward pays the other way round (``g @ w``), so this script measures the
+whole step's GEMMs instead of guessing. On the 2-core development VM
+(2026-12-02, OpenBLAS 0.3.31 with Haswell kernels, 1 thread, 15 rounds) a
+column-major weight made the MLP's input layer (784 -> 256, batch 128, no
+input gradient) 0.95x in float32 (its forward alone: 545 vs 652 us) but
+1.05x in float64 (its weight gradient ``(x.T @ g).T`` is the slow product
+there), and a hidden layer 1.01x / 0.99x (the forward's gain is the input
+gradient's loss). The update fused into the weight-gradient GEMM gave 0.99x
+(float32) and 0.96x (float64) of the GEMM plus ember's in-place SGD.
+The script exists so that a layout policy is decided on numbers from the
+machine at hand (issue 12), not on one run.
+
+Implementations, per dtype, for the MLP's input layer (784 -> 256, no input
+gradient: ``input-*``) and a hidden layer (256 -> 256, with it: ``hidden-*``):
+
+- ``*-C``      weight C-contiguous ``(out, in)``: ``x @ w.T``, ``g.T @ x``, ``g @ w``
+- ``*-F``      the same weight column-major (``w.T`` C-contiguous), its gradient
+               computed column-major too (``(x.T @ g).T``), as an SGD step that
+               writes into the gradient's buffer would keep it
+- ``input-C-sgd``    ``input-C`` plus the SGD update in the gradient's buffer
+                     (``g *= -lr; g += w``, ember's in-place SGD)
+- ``input-C-fused``  ``input-C``'s forward, then the update as one GEMM into the
+                     weight (``w += -lr * g.T @ x``: BLAS ``beta=1``, SciPy's
+                     ``?gemm``), which needs the old weight's buffer: only for a
+                     consumed parameter, and not bit-identical to ``input-C-sgd``
+
+Run: ``benchmarks/run gemm_layout [--quick]``. Not part of ``benchmarks/run all``
+(no acceptance criterion reads it).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from _harness import Skip, configure_env, reexec_clean_env, run_cli
+import _peers as peers
+
+BATCH = 128
+INPUT = (784, 256)  # (in, out) of the MLP's first layer
+HIDDEN = (256, 256)
+LR = 1e-6  # small: the fused form updates the weight in place on every call
+
+
+def _problem(dtype: Any, shape: tuple[int, int], order: str) -> tuple[np.ndarray, ...]:
+    fan_in, fan_out = shape
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((BATCH, fan_in)).astype(dtype)
+    w = (rng.standard_normal((fan_out, fan_in)) / np.sqrt(fan_in)).astype(dtype)
+    g = rng.standard_normal((BATCH, fan_out)).astype(dtype)
+    return x, (np.asfortranarray(w) if order == "F" else w), g
+
+
+def setup_layer(dtype: Any, shape: tuple[int, int], order: str, input_grad: bool,
+                update: str | None = None) -> Callable[[], Any]:
+    """One layer's forward and backward GEMMs (and, with ``update``, its SGD step).
+
+    The step returns the layer's output, its weight gradient (with ``update``: the new
+    weight) and, with ``input_grad``, the input's gradient.
+    """
+    x, w, g = _problem(dtype, shape, order)
+    if update == "fused":
+        try:
+            from scipy.linalg import blas
+        except ImportError as e:  # pragma: no cover - SciPy comes with scikit-learn
+            raise Skip(f"scipy.linalg.blas: {e}") from e
+        gemm = blas.sgemm if w.dtype == np.float32 else blas.dgemm
+        # w.T is column-major (in, out): w.T += -lr * x.T @ g, all operands without a copy
+        if gemm(-LR, x.T, g.T, 1.0, w.T, trans_b=1, overwrite_c=1).base is not w:
+            raise Skip("SciPy's gemm copied the weight: no in-place update on this build")
+
+        def step() -> Any:
+            y = x @ w.T
+            gemm(-LR, x.T, g.T, 1.0, w.T, trans_b=1, overwrite_c=1)
+            return y, w  # (as the sgd form: the output, then the new weight)
+
+        return step
+
+    def step() -> Any:
+        y = x @ w.T
+        gw = (x.T @ g).T if order == "F" else g.T @ x
+        if update == "sgd":
+            np.multiply(gw, -LR, out=gw)
+            gw += w
+        return (y, gw, g @ w) if input_grad else (y, gw)
+
+    return step
+
+
+def workloads() -> list:
+    """``gemm_layout_float32`` and ``gemm_layout_float64``."""
+    def layer(shape: tuple[int, int], order: str, input_grad: bool, update: str | None = None):
+        return lambda dtype: setup_layer(dtype, shape, order, input_grad, update)
+
+    return peers.dtype_workloads(
+        "gemm_layout",
+        {
+            "input-C": layer(INPUT, "C", False),
+            "input-F": layer(INPUT, "F", False),
+            "hidden-C": layer(HIDDEN, "C", True),
+            "hidden-F": layer(HIDDEN, "F", True),
+            "input-C-sgd": layer(INPUT, "C", False, "sgd"),
+            "input-C-fused": layer(INPUT, "C", False, "fused"),
+        },
+        f"nn.Linear GEMMs, batch {BATCH}: input layer {INPUT}, hidden layer {HIDDEN}, {{dtype}}",
+        unit="us/call",
+        reference="input-C",
+        ratios=[("input-F", "input-C"), ("hidden-F", "hidden-C"), ("input-C-fused", "input-C-sgd")],
+        rounds=15,
+    )
+
+
+if __name__ == "__main__":
+    reexec_clean_env()
+    configure_env()
+    run_cli(workloads(), sys.argv[1:], description=__doc__.splitlines()[0])
