@@ -72,8 +72,9 @@ def setup_layer(dtype: Any, shape: tuple[int, int], order: str, input_grad: bool
         except ImportError as e:  # pragma: no cover - SciPy comes with scikit-learn
             raise Skip(f"scipy.linalg.blas: {e}") from e
         gemm = blas.sgemm if w.dtype == np.float32 else blas.dgemm
-        # w.T is column-major (in, out): w.T += -lr * x.T @ g, all operands without a copy
-        if gemm(-LR, x.T, g.T, 1.0, w.T, trans_b=1, overwrite_c=1).base is not w:
+        # w.T is column-major (in, out): w.T += -lr * x.T @ g, all operands without a copy;
+        # probed with alpha 0, which leaves the weight as it is (0 * x.T @ g + 1 * w.T)
+        if gemm(0.0, x.T, g.T, 1.0, w.T, trans_b=1, overwrite_c=1).base is not w:
             raise Skip("SciPy's gemm copied the weight: no in-place update on this build")
 
         def step() -> Any:
