@@ -328,8 +328,12 @@ def test_memory_really_freed():
     p_reg, g_reg = _peak(ember.grad(lambda w, x: _chain(w, x, region=8), argnums=(0, 1)), *args)
     _same(g_none, g_seg)
     _same(g_none, g_reg)
-    assert p_seg < 0.4 * p_none, (p_seg, p_none)
-    assert p_reg < 0.4 * p_none, (p_reg, p_none)
+    value = x.nbytes
+    # "none" keeps what the VJPs read: tanh's result (its VJP and the product's read it), not
+    # the product (tanh reads only its own result): one value per layer, not two
+    assert p_none < (n + 4) * value, (p_none / value, n)
+    assert p_seg < 0.6 * p_none, (p_seg, p_none)
+    assert p_reg < 0.7 * p_none, (p_reg, p_none)
 
 
 def test_memory_report_mlp():

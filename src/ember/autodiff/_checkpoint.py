@@ -1,8 +1,11 @@
 """Checkpointing: which recorded values a backward pass keeps, and recomputing the rest.
 
-Without checkpointing (``"none"``) every node keeps its inputs (``args``) and
-its result (``ans``) until the backward pass visits it. With a strategy or
-inside a checkpointed region, a *saver* runs on every recorded node:
+Without checkpointing (``"none"``) every node keeps the inputs (``args``) and
+the result (``ans``) its VJP reads until the backward pass visits it (a rule
+that reads only an input's shape and dtype keeps a ``Spec`` of it, one that
+does not read its result keeps None: ``Rule.saves``). With a strategy or
+inside a checkpointed region, a *saver* runs on every recorded node, and
+every node keeps all its inputs (recomputing a dropped result needs them):
 
 * Inputs that are results of other regular nodes of the same trace are not
   stored twice: ``node.args[i]`` becomes the marker :data:`PARENT` and the

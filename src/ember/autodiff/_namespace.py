@@ -25,6 +25,7 @@ from .._errors import ConsumedError
 from ._ownership import Owned, as_operand, claim, fail_claims, run_owned, same_twice
 from ._direct import direct_functions
 from ._rules import RULES, SELECT
+from ._rules._base import NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
 
@@ -55,6 +56,7 @@ def _array_like(x) -> bool:
 
 _GENERAL = object()  # "use the general slow path"
 _NOPARAMS: dict = {}  # shared, never mutated: the params of ops that take none
+_NOARG = (NOT_KEPT,)  # the args of a unary node whose VJP reads only its result
 _cache: dict = {}
 
 
@@ -560,16 +562,23 @@ class _Dispatcher:
                     return ans
                 node = Node()  # make_node, inlined: this is the hottest path
                 node.rule = rule
-                node.args = (low,)
                 node.params = _NOPARAMS
                 node.parents = (n,)
-                node.ans = ans
                 node.g = None
                 node.trace = top
                 node.ns = mod
                 top.nodes.append(node)
-                if top.saver is not None:  # checkpointing (autodiff/_checkpoint.py)
-                    top.saver(node, raw)
+                sv = top.saver  # (a saver may recompute a result: its nodes keep every input)
+                s = rule.saves if sv is None else None
+                if s is None:
+                    node.args = (low,)
+                    node.ans = ans
+                else:  # only what the VJP reads (Rule.saves)
+                    m = s[0]
+                    node.args = (spec_of(r),) if m == 1 else _NOARG if m == 3 else (low,)
+                    node.ans = ans if s[1] else None
+                if sv is not None:  # checkpointing (autodiff/_checkpoint.py)
+                    sv(node, raw)
                 t = T()
                 t._value = ans
                 t._node = node
@@ -647,32 +656,46 @@ class _Dispatcher:
             rule = rule_of(name)
             if rule is None:
                 return ans
+            sv = top.saver
+            s = rule.saves if sv is None else None
+            kept = ans
+            if s is not None:  # only what the VJPs read (Rule.saves); Python scalars as they are
+                m = s[0]
+                if c1 is T and m and (m != 2 or n2 is None):
+                    l1 = NOT_KEPT if m == 3 else spec_of(r1)
+                    c1 = None  # (no handle below)
+                m = s[1]
+                if c2 is T and m and (m != 2 or n1 is None):
+                    l2 = NOT_KEPT if m == 3 else spec_of(r2)
+                    c2 = None
+                if not s[2]:
+                    kept = None
             if n1 is None:  # the tape keeps its own handle on a constant (ownership)
                 if c1 is T:
                     l1 = T()
                     l1._value = r1
                     l1._node = None
-                else:
+                elif c1 is not None:
                     l1 = x1
             if n2 is None:
                 if c2 is T:
                     l2 = T()
                     l2._value = r2
                     l2._node = None
-                else:
+                elif c2 is not None:
                     l2 = x2
             node = Node()  # make_node, inlined
             node.rule = rule
             node.args = (l1, l2)
             node.params = _NOPARAMS
             node.parents = (n1, n2)
-            node.ans = ans
+            node.ans = kept
             node.g = None
             node.trace = top
             node.ns = mod
             top.nodes.append(node)
-            if top.saver is not None:
-                top.saver(node, raw)
+            if sv is not None:
+                sv(node, raw)
             t = T()
             t._value = ans
             t._node = node

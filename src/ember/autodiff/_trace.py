@@ -313,7 +313,9 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
         args = node.args
         fns = rule.fns
         if fns is not None and len(fns) == len(args) < 3 and not node.params:
-            ans = node.ans._value
+            ans = node.ans
+            if ans is not None:  # (None: the VJPs do not read it, Rule.saves)
+                ans = ans._value
             try:
                 if len(args) == 1:
                     a = args[0]
@@ -382,7 +384,7 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
             if rule.nout > 1:
                 ans = tuple([a._value for a in ans])
                 g = rule.fill_cotangents(R, g, ans)
-            else:
+            elif ans is not None:
                 ans = ans._value
             try:
                 grads = rule.vjp(R, g, ans, args, node.params, parents)

@@ -28,21 +28,77 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-__all__ = ["Rule", "RULES", "defvjp", "defvjp_all", "COMPUTE", "MEMORY"]
+__all__ = ["Rule", "RULES", "defvjp", "defvjp_all", "COMPUTE", "MEMORY", "Spec", "spec_of",
+           "NOT_KEPT"]
 
 COMPUTE = "compute"
 MEMORY = "memory"
 
 RULES: dict[str, "Rule"] = {}
 
+# What a node keeps of each argument for its VJP (``defvjp(..., saves=...)``): the value,
+# only its shape and dtype (a Spec), its value only while another argument is tracked (the
+# VJP reads it for the other argument's cotangent: ``x * y``), or nothing.
+_SAVES = {"value": 0, "spec": 1, "other": 2, "none": 3}
+
+
+class Spec:
+    """The shape and dtype of an argument whose value a node did not keep.
+
+    Rules that read only ``x.shape`` and ``x.dtype`` (``fit``) get this in
+    place of the array, so the array is freed as soon as the forward pass
+    drops it: a chain of elementwise ops keeps about half its intermediates.
+    """
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"Spec(shape={tuple(self.shape)}, dtype={self.dtype})"
+
+
+class _NotKept:
+    __slots__ = ()
+
+    def __repr__(self):
+        return "NOT_KEPT"
+
+
+#: What a node holds for an argument its VJPs do not read at all (``saves=("none",)``).
+NOT_KEPT = _NotKept()
+
+_SPECS: dict = {}
+
+
+def spec_of(x) -> Spec:
+    """The (shared) :class:`Spec` of backend array ``x``."""
+    key = (x.shape, x.dtype)
+    try:
+        s = _SPECS.get(key)
+    except TypeError:  # an unhashable shape or dtype: a Spec of its own
+        return Spec(*key)
+    if s is None:
+        if len(_SPECS) > 4096:  # (a bounded cache: programs with endless distinct shapes)
+            _SPECS.clear()
+        s = _SPECS[key] = Spec(*key)
+    return s
+
 
 class Rule:
     """VJP rule of one primitive plus its memory class."""
 
-    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns", "scatter")
+    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns", "scatter",
+                 "saves")
 
     def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True,
-                 raw=True):
+                 raw=True, saves=None, keep_ans=True):
         if bound not in (COMPUTE, MEMORY):
             raise ValueError(f"rule {name!r}: bound must be 'compute' or 'memory', not {bound!r}")
         self.name = name
@@ -58,6 +114,18 @@ class Rule:
         # scatter(ns, acc, g, x, **params): add the cotangent into an accumulator of x's shape
         # that the backward loop owns (None: make one), in place; None when it cannot
         self.scatter = None
+        # None: the node keeps every argument and its result; else one code per argument
+        # (_SAVES) and whether it keeps its result, read by the namespace's fast paths
+        self.saves = None
+        if saves is not None or not keep_ans:
+            n = len(getattr(vjp, "fns", ()))
+            saves = ("value",) * n if saves is None else tuple(saves)
+            if len(saves) != n or not 0 < n < 3 or any(m not in _SAVES for m in saves):
+                raise ValueError(
+                    f"rule {name!r}: saves must give one of {sorted(_SAVES)} for each of the "
+                    f"one or two arguments of a defvjp rule, not {saves!r}"
+                )
+            self.saves = (*(_SAVES[m] for m in saves), bool(keep_ans))
 
     def fill_cotangents(self, ns, gs, ans):
         """Replace missing cotangents of a multi-output node by zeros."""
@@ -108,15 +176,25 @@ def _per_argument(fns: Sequence[Callable | None]):
 
 
 def defvjp(name: str, *fns: Callable | None, bound: str = MEMORY, nout: int = 1,
-           raw: bool = True) -> Rule:
+           raw: bool = True, saves: Sequence[str] | None = None, keep_ans: bool = True) -> Rule:
     """Register per-argument VJPs ``fns[i](ns, g, ans, *args, **params)`` for ``name``.
 
     ``raw=True`` (the default) promises that the functions also work on the
     backend's own arrays with the backend namespace as ``ns`` (they use only
     the array API), which the first-order backward pass does; pass
     ``raw=False`` when they need ember Tensors or wrapper-only helpers.
+
+    ``saves`` (one entry per argument) and ``keep_ans`` say what the functions
+    read, so the tape keeps no more: ``"value"`` (the default), ``"spec"``
+    (only ``.shape``/``.dtype``: they get a :class:`Spec`), ``"other"`` (the
+    value, but only the other argument's function reads it: kept while that
+    one is tracked) or ``"none"`` (they get :data:`NOT_KEPT`); ``keep_ans=False``
+    when none reads ``ans`` (they get None). Unary and binary rules only.
+    ``defvjp("add", dx, dy, saves=("spec", "spec"), keep_ans=False)`` lets
+    ``a + b`` keep no array.
     """
-    rule = Rule(name, _per_argument(fns), bound=bound, nout=nout, raw=raw)
+    rule = Rule(name, _per_argument(fns), bound=bound, nout=nout, raw=raw, saves=saves,
+                keep_ans=keep_ans)
     RULES[name] = rule
     return rule
 

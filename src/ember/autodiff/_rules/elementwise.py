@@ -77,14 +77,19 @@ _UNARY = {
     "tanh": lambda ns, ans, x: 1 - ans * ans,
     "reciprocal": lambda ns, ans, x: -(ans * ans),
 }
+# the derivatives above that read only ``ans`` (the rest read only ``x``): what the tape keeps
+_OF_ANS = frozenset({"exp", "expm1", "sqrt", "tan", "tanh", "reciprocal"})
 for _name, _deriv in _UNARY.items():
-    defvjp(_name, _holo(_deriv))
+    if _name in _OF_ANS:
+        defvjp(_name, _holo(_deriv), saves=("none",))
+    else:
+        defvjp(_name, _holo(_deriv), keep_ans=False)
 
-defvjp("abs", lambda ns, g, ans, x: g * ns.sign(x))  # complex: g * z / |z|
-defvjp("negative", lambda ns, g, ans, x: -g)
-defvjp("positive", lambda ns, g, ans, x: g)
-defvjp("conj", lambda ns, g, ans, x: ns.conj(g))
-defvjp("real", lambda ns, g, ans, x: fit(ns, g, x))
+defvjp("abs", lambda ns, g, ans, x: g * ns.sign(x), keep_ans=False)  # complex: g * z / |z|
+defvjp("negative", lambda ns, g, ans, x: -g, saves=("none",), keep_ans=False)
+defvjp("positive", lambda ns, g, ans, x: g, saves=("none",), keep_ans=False)
+defvjp("conj", lambda ns, g, ans, x: ns.conj(g), saves=("none",), keep_ans=False)
+defvjp("real", lambda ns, g, ans, x: fit(ns, g, x), saves=("spec",), keep_ans=False)
 defvjp("imag", lambda ns, g, ans, x: (
     ns.astype(g, x.dtype) * 1j if ns.isdtype(x.dtype, "complex floating") else ns.zeros_like(x)
 ))
@@ -167,13 +172,15 @@ def _mul_dy(ns, g, ans, x, y):
     return r if r.shape == y.shape and r.dtype == y.dtype else fit(ns, r, y)
 
 
-defvjp("add", _add_dx, _add_dy)
-defvjp("subtract", _add_dx, _sub_dy)
-defvjp("multiply", _mul_dx, _mul_dy)
+# (the tape keeps no array of a sum, and of a product only the factor another input needs)
+defvjp("add", _add_dx, _add_dy, saves=("spec", "spec"), keep_ans=False)
+defvjp("subtract", _add_dx, _sub_dy, saves=("spec", "spec"), keep_ans=False)
+defvjp("multiply", _mul_dx, _mul_dy, saves=("other", "other"), keep_ans=False)
 defvjp(
     "divide",
     lambda ns, g, ans, x, y: fit(ns, g / cj(ns, y), x),
     lambda ns, g, ans, x, y: fit(ns, -g * cj(ns, ans / y), y),
+    saves=("spec", "value"),
 )
 defvjp("pow", _pow_dx, _pow_dy)
 defvjp(
