@@ -384,7 +384,7 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
             if rule.nout > 1:
                 ans = tuple([a._value for a in ans])
                 g = rule.fill_cotangents(R, g, ans)
-            elif ans is not None:
+            else:
                 ans = ans._value
             try:
                 grads = rule.vjp(R, g, ans, args, node.params, parents)
