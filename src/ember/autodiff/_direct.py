@@ -133,6 +133,9 @@ def _linear(lib):
 
     matmul, maximum = lib.matmul, lib.maximum
     complex_dtypes = {lib.dtype(lib.complex64), lib.dtype(lib.complex128)}
+    # ReLU's 0 as a Python float where the result is floating: a weak scalar (NEP 50) keeps the
+    # dtype, and NumPy takes it about twice as fast as a NumPy scalar (0.7 vs 1.5 us)
+    floating = {lib.dtype(t) for t in (lib.float16, lib.float32, lib.float64)}
 
     def linear(x, w, b, *, relu=False):
         check_linear(x, w, b, relu, complex_dtypes)
@@ -143,7 +146,7 @@ def _linear(lib):
             else:  # promotes
                 y = y + b
         if relu:
-            maximum(y, y.dtype.type(0), out=y)
+            maximum(y, 0.0 if y.dtype in floating else y.dtype.type(0), out=y)
         return y
 
     return linear
