@@ -6,7 +6,14 @@ that on a realistic small model the wrapper's cost disappears behind matmuls
 
 A step is: forward, softmax cross-entropy against one-hot labels (mean over
 the batch), backward, and the update ``p - lr * g`` for every parameter.
-Parameters are carried from step to step.  Implementations:
+Parameters are carried from step to step. The reference keeps each weight
+``(in, out)`` row-major (``x @ W``); the ``(out, in)`` implementations (ember,
+``numpy-inplace``, ``minimal-tape``) get ``W.T`` of those very arrays, the same
+memory (column-major ``(out, in)``), as NumPy code handed to ember would pass
+them, and their weight gradients take that layout (``_linear_vjp``): the same
+GEMMs as the reference's (``benchmarks/gemm_layout.py`` measures both layouts).
+PyTorch gets row-major ``(out, in)`` copies, its ``nn.Linear`` default.
+Implementations:
 
 - ``numpy``          hand-written forward and backward (reference)
 - ``numpy-inplace``  the same written with ember's kernels: weights ``(out, in)``, bias and ReLU
@@ -158,11 +165,11 @@ def setup_numpy_inplace(dtype: Any) -> Callable[[], Any]:
         dz = e / s
         dz -= y
         dz /= BATCH
-        g = {"W3": dz.T @ h2, "b3": dz.sum(axis=0)}
+        g = {"W3": (h2.T @ dz).T, "b3": dz.sum(axis=0)}  # (gradients column-major: as the weights)
         d2 = np.multiply(dz @ p["W3"], h2 > 0)
-        g["W2"], g["b2"] = d2.T @ h1, d2.sum(axis=0)
+        g["W2"], g["b2"] = (h1.T @ d2).T, d2.sum(axis=0)
         d1 = np.multiply(d2 @ p["W2"], h1 > 0)
-        g["W1"], g["b1"] = d1.T @ x, d1.sum(axis=0)
+        g["W1"], g["b1"] = (x.T @ d1).T, d1.sum(axis=0)
         state["p"] = _sgd_into(p, g)
         return loss
 
@@ -195,7 +202,7 @@ def setup_minimal_tape(dtype: Any) -> Callable[[], Any]:
             def vjp(g: Any) -> tuple[Any, ...]:
                 if relu:
                     g = np.multiply(g, out > 0)
-                return (None if hnode is None else mm(g, w)), mm(g.T, h), g.sum(axis=0)
+                return (None if hnode is None else mm(g, w)), mm(h.T, g).T, g.sum(axis=0)
 
             node = _Node(vjp, (hnode, leaves["W" + k], leaves["b" + k]))
             tape.append(node)
@@ -227,8 +234,9 @@ def setup_minimal_tape(dtype: Any) -> Callable[[], Any]:
 
 
 def out_in(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The same params with each weight stored ``(out, in)``, the layout of ``nn.Linear``."""
-    return {k: np.ascontiguousarray(v.T) if k[0] == "W" else v for k, v in params.items()}
+    """The same params with each weight ``(out, in)`` as ``nn.Linear`` takes it: ``W.T``, the
+    reference's very memory (column-major), as NumPy code handed to ember would pass it."""
+    return {k: v.T if k[0] == "W" else v for k, v in params.items()}
 
 
 def setup_ember(dtype: Any, generic: bool = False, optimizer: bool = False, fused: bool = False

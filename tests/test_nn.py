@@ -182,6 +182,25 @@ def test_linear_relu_second_order_matches_its_composition(bias):
             np.testing.assert_allclose(got.raw, want.raw, rtol=1e-12)
 
 
+@pytest.mark.parametrize("x_shape", [(5, 3), (2, 5, 3), (0, 3)])
+def test_linear_weight_gradient_takes_the_weight_layout(x_shape):
+    """A column-major weight (``W.T`` of NumPy code's ``(in, out)`` array) gets a column-major
+    gradient, so an update into the gradient's buffer keeps the layout; same values."""
+    rng = np.random.default_rng(3)
+    x, g = rng.standard_normal(x_shape), rng.standard_normal((*x_shape[:-1], 4))
+    w_c = rng.standard_normal((4, 3))
+    w_f = np.asfortranarray(w_c)
+    assert w_f.flags.f_contiguous and not w_f.flags.c_contiguous
+
+    def gw(w):
+        return ember.grad(lambda w: xp.sum(nn.linear(xp.asarray(x), w, activation=nn.relu) * g))(
+            xp.asarray(w)).raw
+
+    got, want = gw(w_f), gw(w_c)
+    assert got.flags.f_contiguous and want.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+
+
 def test_linear_fuses_and_keeps_dtypes():
     x32, w64 = xp.ones((2, 3), dtype=xp.float32), xp.ones((4, 3), dtype=xp.float64)
     gx, gw = ember.grad(lambda x, w: xp.sum(nn.linear(x, w, activation=nn.relu)), argnums=(0, 1))(x32, w64)

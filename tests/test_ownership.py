@@ -366,3 +366,29 @@ def test_a_consume_marker_reports_its_namespace():
     assert array_api_compat.array_namespace(xp.ones(2), ember.consume(xp.ones(2) * 1.0)) is xp
     y = ember.nn.linear(xp.ones((2, 3)), ember.consume(w), None)
     assert y.raw.tolist() == [[3.0] * 4] * 2
+
+
+def test_a_view_spanning_a_base_nobody_else_holds_is_written():
+    # the transpose of a fresh result (nn.linear's weight gradient for a column-major weight):
+    # its memory is all of its base's, and only the view holds the base
+    x = xp.asarray(np.arange(6.0).reshape(2, 3), copy=True)
+    v = xp.matrix_transpose(x)
+    with pytest.raises(ReuseError, match="other reference|view"):  # x still holds the base
+        consume(v.share(), strict=True) * 2.0
+    del x
+    p = ptr(v)
+    y = consume(v, strict=True) * 2.0
+    assert ptr(y) == p and y.raw.tolist() == [[0.0, 6.0], [2.0, 8.0], [4.0, 10.0]]
+    # a slice covers part of its base (the rest may be read through another view later): never
+    s = xp.asarray(np.arange(4.0), copy=True)[1:3]
+    with pytest.raises(ReuseError, match="view"):
+        consume(s, strict=True) * 2.0
+    # nor a view of a base another array holds
+    base = np.arange(6.0).reshape(2, 3)
+    t = xp.asarray(base, copy=True)
+    raw = t.raw
+    w = xp.matrix_transpose(t)
+    del t
+    with pytest.raises(ReuseError, match="view"):
+        consume(w, strict=True) * 2.0
+    assert raw.tolist() == base.tolist()

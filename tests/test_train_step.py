@@ -122,6 +122,35 @@ def test_train_step_writes_the_new_parameters_into_the_gradients_buffers():
     assert not np.shares_memory(new["w"].raw, params["w"].raw)
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_train_step_keeps_a_linear_weights_layout_and_updates_in_place(order):
+    # a column-major weight's gradient is the transpose of a fresh product (a view spanning
+    # its base, which nothing else holds): written in place as a row-major one is
+    rng = np.random.default_rng(5)
+    w0 = np.asarray(rng.standard_normal((512, 256)), order=order)  # 1 MiB
+    x = xp.asarray(rng.standard_normal((8, 256)))
+    opt = optim.SGD(0.1)
+
+    def loss(p):
+        return xp.sum(nn.linear(x, p["w"]))
+
+    step, vg = optim.train_step(loss, opt), ember.value_and_grad(loss)
+    params = {"w": xp.asarray(w0, copy=True)}
+    state = opt.init(params)
+    _, params, state = step(params, state)  # warm
+    tracemalloc.start()
+    try:
+        _, new, state = step(params, state)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * w0.nbytes, peak  # the gradient only: the update allocated nothing
+    flags = new["w"].raw.flags
+    assert flags.f_contiguous if order == "F" else flags.c_contiguous
+    _, g = vg(params)
+    np.testing.assert_array_equal(new["w"].raw, params["w"].raw - 0.1 * g["w"].raw)
+
+
 def test_train_step_momentum_buffer_is_the_gradient_buffer_and_state_is_kept_apart():
     opt = optim.SGD(0.1, momentum=0.9)
     params = {"w": xp.asarray(np.arange(4.0), copy=True)}

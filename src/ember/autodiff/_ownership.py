@@ -18,7 +18,9 @@ takes ownership of its input"). How it works:
 - A buffer is reusable only when the consumed handle is the *only* reference
   to the backend array: share handles, views (``.base``), ``x.raw`` held by
   the user and tape nodes (which keep their own handles) all add a
-  reference, which ``sys.getrefcount`` sees.
+  reference, which ``sys.getrefcount`` sees. A consumed view is written only
+  when it spans all of its base and nothing else holds the base (the
+  transpose of a fresh result: ``_sole_view``).
 - Borrowed arrays (``xp.asarray(a)`` without a copy, raw inputs of
   transforms) are never written: not by consume, and not by in-place
   operators, which copy first (copy-on-write). Buffers a live tape saved are
@@ -621,12 +623,26 @@ def _buffer_reason(d, r):
         return "backend"
     if is_borrowed(r):
         return "borrowed"
-    if getattr(r, "base", None) is not None:
+    if getattr(r, "base", None) is not None and not _sole_view(r):
         return "view"
     flags = getattr(r, "flags", None)
     if flags is not None and not getattr(flags, "writeable", True):
         return "readonly"
     return None
+
+
+def _sole_view(r) -> bool:
+    """Whether view ``r`` may be written as if it owned its memory: it spans all of its base
+    (contiguous in C or Fortran order, the same bytes) and nothing but ``r`` holds that base.
+    The transpose of a fresh result is such a view (``nn.linear``'s weight gradient for a
+    column-major weight); a slice, a broadcast, a view of a base anyone else holds is not."""
+    base = r.base
+    # the base owns its memory, and its references are r's, this frame's and getrefcount's
+    if getattr(base, "base", 0) is not None or sys.getrefcount(base) != 3:
+        return False
+    flags = getattr(r, "flags", None)
+    return (flags is not None and (flags.c_contiguous or flags.f_contiguous)
+            and r.nbytes == getattr(base, "nbytes", -1))
 
 
 def _backend_writes(d) -> bool:

@@ -132,10 +132,23 @@ def _check_linear_slow(x, w, b) -> None:
         raise ShapeError(LINEAR_SHAPES.format(x=xs, w=ws, b=bs))
 
 
+def _column_major(a) -> bool:
+    """Whether 2-D ``a`` is Fortran-ordered but not C-ordered (backends with ``flags``)."""
+    flags = getattr(a, "flags", None)
+    return flags is not None and flags.f_contiguous and not flags.c_contiguous
+
+
 def _linear_vjp(ns, g, ans, args, params, parents):
     """``y = act(x @ w^T + b)``, ``w`` of shape ``(out, in)``, ``b`` of shape ``(out,)`` or None:
     ``gx = g' @ w``, ``gw = g'^T @ x`` (leading axes of x flattened), ``gb = sum(g')``, where
-    ``g'`` is ``g`` masked by the ReLU (``relu=True``); complex inputs conjugate as matmul's."""
+    ``g'`` is ``g`` masked by the ReLU (``relu=True``); complex inputs conjugate as matmul's.
+
+    ``gw`` takes ``w``'s memory layout: a column-major weight (``W.T`` of an
+    ``(in, out)`` row-major array, NumPy code's usual layout) gets
+    ``(x^T @ g')^T``, so an update written into the gradient's buffer keeps
+    the layout, and the forward's ``x @ w^T`` stays a product of row-major
+    operands (OpenBLAS float32: 0.93x the time on the MLP's input layer,
+    ``benchmarks/gemm_layout.py``)."""
     x, w, b = args
     dt = g.dtype  # one real dtype throughout (the common case): no conjugation or casts
     plain = x.dtype == dt and w.dtype == dt and dt not in ns._complex
@@ -162,7 +175,10 @@ def _linear_vjp(ns, g, ans, args, params, parents):
                 rows = math.prod(x.shape[:-1])
                 g2 = ns.reshape(g, (rows, g.shape[-1]))
                 xc = ns.reshape(xc, (rows, x.shape[-1]))
-            gw = ns.matmul(ns.matrix_transpose(g2), xc)
+            if _column_major(w):  # the gradient in the weight's layout (see the docstring)
+                gw = ns.matrix_transpose(ns.matmul(ns.matrix_transpose(xc), g2))
+            else:
+                gw = ns.matmul(ns.matrix_transpose(g2), xc)
         if not plain:
             gw = fit(ns, gw, w)
     if parents[2] is not None and gb is None:
