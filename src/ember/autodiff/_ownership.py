@@ -631,14 +631,15 @@ def _buffer_reason(d, r):
     return None
 
 
-def _sole_view(r) -> bool:
+def _sole_view(r, held: int = 0) -> bool:
     """Whether view ``r`` may be written as if it owned its memory: it spans all of its base
-    (contiguous in C or Fortran order, the same bytes) and nothing but ``r`` holds that base.
-    The transpose of a fresh result is such a view (``nn.linear``'s weight gradient for a
-    column-major weight); a slice, a broadcast, a view of a base anyone else holds is not."""
+    (contiguous in C or Fortran order, the same bytes) and nothing but ``r`` holds that base
+    (``held``: references to the base the caller itself holds). The transpose of a fresh
+    result is such a view (``nn.linear``'s weight gradient for a column-major weight); a
+    slice, a broadcast, a view of a base anyone else holds is not."""
     base = r.base
     # the base owns its memory, and its references are r's, this frame's and getrefcount's
-    if getattr(base, "base", 0) is not None or sys.getrefcount(base) != 3:
+    if getattr(base, "base", 0) is not None or sys.getrefcount(base) != 3 + held:
         return False
     flags = getattr(r, "flags", None)
     return (flags is not None and (flags.c_contiguous or flags.f_contiguous)

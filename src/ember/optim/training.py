@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .. import tree as _tree
 from ..autodiff import Tensor
-from ..autodiff._ownership import _backend_writes, _borrowed, reuse_reason, writer
+from ..autodiff._ownership import _backend_writes, _borrowed, _sole_view, reuse_reason, writer
 from ..func._transforms import _check_options, _gradients, forward_backward, leaf_gradient
 from ._base import Optimizer, PathOptimizer, State
 
@@ -86,10 +86,17 @@ def train_step(
                     w = writer(d)
                     fast = clip is None and _backend_writes(d)
                 # reuse_reason's usual outcome read inline (a fresh, writeable buffer that only
-                # this frame holds, nothing borrowed); any other case it decides itself
-                reuse = fast and getattr(g, "base", 0) is None and getrefcount(g) == 2 and (
-                    not _borrowed or id(g) not in _borrowed) and getattr(
-                    getattr(g, "flags", None), "writeable", False)
+                # this frame holds, nothing borrowed: an array of its own, or a view spanning a
+                # base only it holds, the transposed product of a column-major weight's
+                # gradient); any other case it decides itself
+                reuse = False
+                if fast and getrefcount(g) == 2 and getattr(getattr(g, "flags", None), "writeable", False):
+                    base = getattr(g, "base", g)  # (g: no such attribute)
+                    if base is None:
+                        reuse = not _borrowed or id(g) not in _borrowed
+                    elif base is not g and _sole_view(g, 1):
+                        reuse = not _borrowed or id(base) not in _borrowed
+                    base = None
                 if not reuse and clip is None:
                     reuse = reuse_reason(d, g, r, 1)[0] is None
                 if reuse:
