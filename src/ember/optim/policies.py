@@ -75,6 +75,10 @@ def check_state(op: str, state: Any, deep: bool = False) -> int:
 
     ``deep=True`` also checks every per-parameter entry (used when loading).
     """
+    if state.__class__ is dict and not deep:  # the usual state (one an update made): no ABC checks
+        step = state.get("step")
+        if step.__class__ is int and step >= 0 and state.get("params").__class__ is dict:
+            return step
     if not isinstance(state, Mapping) or "step" not in state or "params" not in state:
         what = f"the state is {type(state).__name__}" + (
             f" with keys {sorted(map(str, state))}" if isinstance(state, Mapping) else ""
@@ -110,6 +114,8 @@ class Spec:
 
 def fits(s: Any, p: Any, slots: Sequence[str]) -> bool:
     """True when entry ``s`` has exactly ``slots`` with ``p``'s shape and dtype (fast check)."""
+    if not slots and s.__class__ is dict and len(s) == 1 and s.get("step").__class__ is int:
+        return True  # (SGD without momentum's entry {"step": t}, read without ABC checks)
     if not isinstance(s, dict) or len(s) != len(slots) + 1 or not isinstance(s.get("step"), int):
         return False
     if not slots:
