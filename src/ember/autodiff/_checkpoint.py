@@ -24,8 +24,9 @@ Which results are dropped:
     every recomputable result except about one in sqrt(n) ("segment
     boundaries", Chen et al. 2016). n is not known while recording, so the
     segment length k doubles (and every other boundary is dropped) whenever
-    more than 2k boundaries are kept: about sqrt(2n) boundaries of about
-    sqrt(n/2) nodes each.
+    more than k boundaries are kept: between sqrt(n)/2 and sqrt(n)
+    boundaries of sqrt(n) to 2 sqrt(n) nodes each (a recomputed segment
+    holds only the values its VJPs read, below, so long segments are cheap).
 regions (``ember.checkpoint``)
     every recomputable result recorded inside, or only the memory-bound
     ones, or all but the values named with ``ember.checkpoint_name``; the
@@ -40,11 +41,18 @@ kept as they are, which also makes recomputation replay them exactly.
 The backward pass (:func:`backward_remat`) recomputes a dropped value on
 first use by re-running its primitive on its inputs (recursively from the
 nearest kept ancestors, iteratively so long chains do not recurse) and
-memoizes it on the node until the node itself is visited. Each value is
-recomputed at most once per pass, with the same primitive on the same
-inputs, so the gradients are bitwise those of ``"none"``. Recomputation goes
-through the dispatcher one level down, so outer traces record it and higher
-order gradients work.
+memoizes it on the node while something still reads it. Before the pass it
+counts the reads of every value: one per child whose VJP reads it
+(``Rule.saves``; a VJP is not given inputs declared ``"none"``, nor its
+result where ``keep_ans=False``, so those are not recomputed for it) and one
+per dropped child that may be recomputed from it. A recomputed value whose
+reads are all done is dropped again, unless its own node's VJP reads it
+(then it goes when that node is visited): in ``tanh(x) * w`` layers the
+products, read only to recompute the next ``tanh``, do not pile up while a
+segment is recomputed. Each value is recomputed at most once per pass, with
+the same primitive on the same inputs, so the gradients are bitwise those of
+``"none"``. Recomputation goes through the dispatcher one level down, so
+outer traces record it and higher order gradients work.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._rules import COMPUTE, MEMORY
+from ._rules._base import NOT_KEPT
 from ._tensor import Tensor, raw_value
 from ._trace import Trace, _accumulate, active_traces, route_to_slot
 
@@ -104,12 +113,17 @@ PARENT = _Marker("parent")
 class _State:
     """Per-trace recompute state (``trace.remat``)."""
 
-    __slots__ = ("impls", "pinned", "materialized")
+    __slots__ = ("impls", "pinned", "materialized", "uses", "pending")
 
     def __init__(self):
         self.impls: dict = {}  # node -> primitive that recomputes node.ans
         self.pinned: set = set()  # nodes whose result must stay kept
         self.materialized: set = set()  # nodes recomputed in the running pass
+        # in the running pass (_count_uses): node -> how many reads of its value are still to
+        # come from its children (a VJP that reads it, a recomputation that needs it), and the
+        # dropped nodes whose recomputation has not run yet
+        self.uses: dict = {}
+        self.pending: set = set()
 
 
 def _state(trace: Trace) -> _State:
@@ -195,7 +209,7 @@ class _SegmentSaver:
             return
         b = self.boundaries
         b.append((self.count, node))
-        if len(b) > 2 * self.k:  # too many boundaries: double the segment length
+        if len(b) > self.k:  # too many boundaries: double the segment length
             self.k *= 2
             k = self.k
             keep = []
@@ -329,17 +343,91 @@ def _recompute(st: _State, target):
         n.ans = n.ns._dispatch.call(n.rule.name, impls[n], args, n.params)
         st.materialized.add(n)
         stack.pop()
+        del args
+        if n in st.pending:  # its inputs' reads for this recomputation are done
+            st.pending.discard(n)
+            _release_inputs(st, n, recompute=True)
     return target.ans
 
 
-def _values(st: _State, node):
+def _reads_ans(node) -> bool:
+    """Whether ``node``'s VJP reads its result (``Rule.saves``' ``keep_ans``).
+
+    Its inputs: ``saves[i] != 3`` (3 is ``"none"``: not read); value, spec and
+    other count as read (a spec needs the value's shape, which a dropped value
+    only has once recomputed).
+    """
+    s = node.rule.saves
+    return s is None or s[-1]
+
+
+def _count_uses(st: _State, nodes) -> None:
+    """Count, before a backward pass, the reads of each value stored on a node (``PARENT``
+    inputs): one per child whose VJP reads it, one per dropped child that may be recomputed
+    from it. A recomputed value nobody reads any more is dropped again (``_release``)."""
+    uses: dict = {}
+    pending = set()
+    impls = st.impls
+    for c in nodes:
+        args = c.args
+        rule = c.rule
+        if not args or rule is None or rule.select:
+            continue
+        dropped = c.ans is DROPPED and c in impls
+        if dropped:
+            pending.add(c)
+        s = rule.saves  # (per input: 3 is "none", not read; see _reads_ans)
+        for i, a in enumerate(args):
+            if a is PARENT:
+                k = (s is None or s[i] != 3) + dropped
+                if k:
+                    p = c.parents[i]
+                    uses[p] = uses.get(p, 0) + k
+    st.uses = uses
+    st.pending = pending
+
+
+def _release_inputs(st: _State, node, recompute: bool) -> None:
+    """The reads of ``node``'s stored inputs are done: its recomputation (``recompute``) or
+    its VJP (else: also the recomputation's, if it never ran)."""
+    s = None
+    if not recompute:
+        if node in st.pending:
+            st.pending.discard(node)
+            _release_inputs(st, node, True)
+        s = node.rule.saves
+    for i, a in enumerate(node.args):
+        if a is PARENT and (recompute or s is None or s[i] != 3):
+            _release(st, node.parents[i])
+
+
+def _release(st: _State, p) -> None:
+    """One read of ``p``'s value is done; when none is left, a recomputed value its own VJP
+    does not read is dropped again (still recomputable: its primitive stays until ``p`` is
+    visited), so a recomputed segment does not hold what only its recomputation needed."""
+    uses = st.uses
+    n = uses.get(p, 0) - 1
+    if n > 0:
+        uses[p] = n
+        return
+    uses.pop(p, None)
+    if p in st.materialized and not _reads_ans(p):
+        p.ans = DROPPED
+        st.materialized.discard(p)
+
+
+def _values(st: _State, node, s):
+    """The inputs for ``node``'s VJP: stored ones as they are, ``PARENT`` ones read from the
+    parent (recomputed if dropped) where the VJP reads them (``s``: ``rule.saves``),
+    ``NOT_KEPT`` where it does not."""
     args = node.args
     for a in args:
         if a is PARENT:
             break
     else:
         return args
-    return tuple(_recompute(st, p) if a is PARENT else a for p, a in zip(node.parents, args))
+    return tuple((_recompute(st, p) if s is None or s[i] != 3 else NOT_KEPT) if a is PARENT else a
+                 for i, (p, a) in enumerate(zip(node.parents, args)))
 
 
 def backward_remat(trace: Trace, seeds, retain: bool = False) -> None:
@@ -355,10 +443,13 @@ def backward_remat(trace: Trace, seeds, retain: bool = False) -> None:
     order = reversed(nodes) if retain else _popping(nodes)
     mat = st.materialized
     impls = st.impls
+    _count_uses(st, nodes)
     try:
         for node in order:
             g = node.g
             if g is None:
+                if node.rule is not None and not node.rule.select and node.args:
+                    _release_inputs(st, node, False)
                 if not retain:
                     node.args = node.ans = None
                     impls.pop(node, None)
@@ -372,15 +463,17 @@ def backward_remat(trace: Trace, seeds, retain: bool = False) -> None:
             if rule.select:
                 route_to_slot(node, g)
                 continue
+            saves = rule.saves
             ans = node.ans
-            if ans is DROPPED:
-                ans = _recompute(st, node)
-            args = _values(st, node)
+            if ans is DROPPED:  # (not recomputed for a VJP that does not read it)
+                ans = _recompute(st, node) if saves is None or saves[-1] else None
+            args = _values(st, node, saves)
             if rule.nout > 1:
                 g = rule.fill_cotangents(node.ns, g, ans)
             parents = node.parents
             grads = rule.vjp(node.ns, g, ans, args, node.params, parents)
             del args, ans
+            _release_inputs(st, node, False)
             for parent, gi in zip(parents, grads):
                 if parent is not None and gi is not None:
                     _accumulate(parent, gi)
@@ -397,6 +490,8 @@ def backward_remat(trace: Trace, seeds, retain: bool = False) -> None:
             for n in mat:
                 n.ans = DROPPED
         mat.clear()
+        st.uses = {}
+        st.pending = set()
 
 
 def _popping(nodes):
