@@ -167,6 +167,16 @@ def test_bench_quick_tiny_subset(tmp_path):
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_bench_all_writes_the_acceptance_summary(tmp_path):
+    p = ember("bench", "--all", "--quick", "--script", "overhead", "--only", "numpy,ember-untracked",
+              "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "untracked op, ember / numpy" in p.stdout and "n/a (workload not run)" in p.stdout
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary.startswith("| acceptance (issue 12) |") and "| overhead |" in summary
+    assert (tmp_path / "overhead.json").is_file()
+
+
 def test_bench_unknown_script_and_missing_checkout(tmp_path):
     assert "overhead" in assert_one_line_error(ember("bench", "--script", "nosuch", "--out", str(tmp_path)))
     line = assert_one_line_error(ember("bench", "--repo", str(tmp_path), "--out", str(tmp_path / "o")))

@@ -96,10 +96,14 @@ def run_bench(
     only: str | None = None,
     out: Path = Path("ember-bench"),
     repo: Path | None = None,
+    every: bool = False,
 ) -> int:
     """``ember bench``: run ``scripts`` (default: overhead, mlp, conv), print ratios, write a chart.
 
-    Returns the exit status: 0 when every script ran, 1 otherwise.
+    With ``every`` it runs ``benchmarks/all.py`` instead (every script unless
+    ``scripts`` names some), which also writes issue 12's acceptance table and
+    the README's tables to ``OUT/summary.md``. Returns the exit status: 0 when
+    every script ran, 1 otherwise.
     """
     from rich.console import Console
     from rich.table import Table
@@ -107,10 +111,12 @@ def run_bench(
     console = Console(highlight=False)
     root = _repo.find(MARKER, repo)
     known = available_scripts(root)
-    scripts = list(scripts) or [s for s in DEFAULT_SCRIPTS if s in known]
     for s in scripts:
         if s not in known:
             raise ValueError(UNKNOWN_SCRIPT.format(name=s, known=", ".join(known)))
+    if every:
+        return _run_all(console, root, quick, scripts, only, Path(out))
+    scripts = list(scripts) or [s for s in DEFAULT_SCRIPTS if s in known]
     out = Path(out)
     results_dir = out / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -152,3 +158,22 @@ def run_bench(
         console.print(f"chart: {chart}" if chart else "chart skipped: no ratios to draw")
     console.print(f"results: {results_dir}")
     return status
+
+
+def _run_all(console: Any, root: Path, quick: bool, scripts: Any, only: str | None, out: Path) -> int:
+    """``benchmarks/all.py`` into ``out`` (its output streamed), then its acceptance table."""
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(root / "benchmarks" / "all.py"), "--results-dir", str(out.resolve())]
+    if quick:
+        cmd.append("--quick")
+    if scripts:
+        cmd += ["--scripts", ",".join(scripts)]
+    if only:
+        cmd += ["--only", only]
+    status = subprocess.run(cmd, cwd=root / "benchmarks", env=_env(root)).returncode
+    summary = out / "summary.md"
+    if summary.is_file():
+        text = summary.read_text()
+        console.print(text.split("\n\n")[0], soft_wrap=True, markup=False)  # the acceptance table
+        console.print(f"tables for the README: {summary}")
+    return 1 if status else 0

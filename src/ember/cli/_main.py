@@ -110,11 +110,14 @@ def train(backend, model, epochs, checkpointing, out, resume, seed, quick):
               show_default=True, help="Directory for the JSON results and bench.png.")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="ember source checkout holding benchmarks/ (default: found from the package or cwd).")
-def bench(quick, scripts, only, out, repo):
+@click.option("--all", "every", is_flag=True,
+              help="Every script through benchmarks/all.py (about 20 minutes; --script narrows it), "
+                   "with issue 12's acceptance table and the README's tables in OUT/summary.md.")
+def bench(quick, scripts, only, out, repo, every):
     """Run the benchmarks; print ratios against the installed peers; write a PNG chart."""
     from ._bench import run_bench
 
-    sys.exit(run_bench(quick=quick, scripts=scripts, only=only, out=out, repo=repo))
+    sys.exit(run_bench(quick=quick, scripts=scripts, only=only, out=out, repo=repo, every=every))
 
 
 @main.command()
