@@ -163,6 +163,8 @@ def run_bench(
 def _run_all(console: Any, root: Path, quick: bool, scripts: Any, only: str | None, out: Path) -> int:
     """``benchmarks/all.py`` into ``out`` (its output streamed), then its acceptance table."""
     out.mkdir(parents=True, exist_ok=True)
+    summary = out / "summary.md"
+    summary.unlink(missing_ok=True)  # (a run that fails before its summary shows no older one)
     cmd = [sys.executable, str(root / "benchmarks" / "all.py"), "--results-dir", str(out.resolve())]
     if quick:
         cmd.append("--quick")
@@ -171,7 +173,6 @@ def _run_all(console: Any, root: Path, quick: bool, scripts: Any, only: str | No
     if only:
         cmd += ["--only", only]
     status = subprocess.run(cmd, cwd=root / "benchmarks", env=_env(root)).returncode
-    summary = out / "summary.md"
     if summary.is_file():
         text = summary.read_text()
         console.print(text.split("\n\n")[0], soft_wrap=True, markup=False)  # the acceptance table
