@@ -76,6 +76,27 @@ def test_product_with_untracked_array_keeps_only_that_factor():
     np.testing.assert_allclose(g.raw, 2.0 * np.cos(X), rtol=1e-13)
 
 
+def test_relu_keeps_its_result_not_the_pre_activation():
+    # x @ w + b: the sum keeps no array, so relu's input lives only while relu's node holds it;
+    # relu's VJP reads its result (which the next product keeps anyway), not its input
+    w = xp.asarray(np.random.default_rng(2).standard_normal((7, 5)))
+
+    def fn(refs, x, b):
+        pre = _watch(refs, "pre", x[None, :] @ w + b)
+        h = _watch(refs, "relu", ember.nn.relu(pre))
+        return xp.sum(xp.sin(h))
+
+    xs = np.linspace(-1.0, 1.0, 7)
+    b0 = np.array([0.3, -0.2, 0.0, 0.1, -0.5])
+    alive, out, pull = _alive_after_forward(fn, xp.asarray(xs), xp.asarray(b0))
+    assert alive == {"pre": False, "relu": True}
+    gx, gb = pull(xp.ones_like(out))
+    pre = xs[None, :] @ w.raw + b0
+    gpre = np.cos(np.maximum(pre, 0.0)) * (pre > 0)
+    np.testing.assert_allclose(gb.raw, gpre[0], rtol=1e-13)
+    np.testing.assert_allclose(gx.raw, (gpre @ w.raw.T)[0], rtol=1e-13)
+
+
 @pytest.mark.parametrize("checkpointing", ["balanced", "segments"])
 def test_checkpointing_keeps_inputs_for_recomputation(checkpointing):
     f = lambda x: xp.sum(xp.exp(xp.sin(x) * 0.9) + 1.0)  # noqa: E731

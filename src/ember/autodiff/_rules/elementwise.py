@@ -244,8 +244,10 @@ def _clip_hi(ns, g, ans, x, lo, hi):
 defvjp("clip", _clip_x, _clip_lo, _clip_hi)
 defvjp("astype", lambda ns, g, ans, x, dtype, **kw: fit(ns, g, x))
 defvjp("copy", lambda ns, g, ans, x: g)
-# nn.relu: max(x, 0) whose derivative at 0 is 0 (PyTorch's and JAX's choice), not maximum's 1/2
-defvjp("_relu", lambda ns, g, ans, x: select(ns, x > 0, g))
+# nn.relu: max(x, 0) whose derivative at 0 is 0 (PyTorch's and JAX's choice), not maximum's 1/2.
+# The mask is read off the result (relu(x) > 0 exactly where x > 0, NaN included), which the
+# next op usually keeps anyway: the tape need not keep the pre-activation too
+defvjp("_relu", lambda ns, g, ans, x: select(ns, ans > 0, g), saves=("none",))
 
 
 def relu_value(ns, x):
