@@ -60,7 +60,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._rules import COMPUTE, MEMORY
-from ._rules._base import NOT_KEPT
+from ._rules._base import _SAVES, NOT_KEPT
 from ._tensor import Tensor, raw_value
 from ._trace import Trace, _accumulate, active_traces, route_to_slot
 
@@ -351,14 +351,25 @@ def _recompute(st: _State, target):
 
 
 def _reads_ans(node) -> bool:
-    """Whether ``node``'s VJP reads its result (``Rule.saves``' ``keep_ans``).
-
-    Its inputs: ``saves[i] != 3`` (3 is ``"none"``: not read); value, spec and
-    other count as read (a spec needs the value's shape, which a dropped value
-    only has once recomputed).
-    """
+    """Whether ``node``'s VJP reads its result (``Rule.saves``' ``keep_ans``)."""
     s = node.rule.saves
     return s is None or s[-1]
+
+
+def _reads_input(saves, i) -> bool:
+    """Whether a VJP with ``Rule.saves`` ``saves`` reads its input ``i``: all but ``"none"``
+    do (a spec needs the value's shape, which a dropped value only has once recomputed)."""
+    return saves is None or saves[i] != _NONE
+
+
+_NONE = _SAVES["none"]
+
+
+def _counted(node) -> bool:
+    """Whether ``_count_uses`` counts ``node``'s reads: a recorded op (not a leaf or a
+    multi-output select) still holding its inputs."""
+    rule = node.rule
+    return bool(node.args) and rule is not None and not rule.select
 
 
 def _count_uses(st: _State, nodes) -> None:
@@ -369,17 +380,15 @@ def _count_uses(st: _State, nodes) -> None:
     pending = set()
     impls = st.impls
     for c in nodes:
-        args = c.args
-        rule = c.rule
-        if not args or rule is None or rule.select:
+        if not _counted(c):
             continue
         dropped = c.ans is DROPPED and c in impls
         if dropped:
             pending.add(c)
-        s = rule.saves  # (per input: 3 is "none", not read; see _reads_ans)
-        for i, a in enumerate(args):
+        s = c.rule.saves
+        for i, a in enumerate(c.args):
             if a is PARENT:
-                k = (s is None or s[i] != 3) + dropped
+                k = _reads_input(s, i) + dropped
                 if k:
                     p = c.parents[i]
                     uses[p] = uses.get(p, 0) + k
@@ -397,7 +406,7 @@ def _release_inputs(st: _State, node, recompute: bool) -> None:
             _release_inputs(st, node, True)
         s = node.rule.saves
     for i, a in enumerate(node.args):
-        if a is PARENT and (recompute or s is None or s[i] != 3):
+        if a is PARENT and (recompute or _reads_input(s, i)):
             _release(st, node.parents[i])
 
 
@@ -426,7 +435,7 @@ def _values(st: _State, node, s):
             break
     else:
         return args
-    return tuple((_recompute(st, p) if s is None or s[i] != 3 else NOT_KEPT) if a is PARENT else a
+    return tuple((_recompute(st, p) if _reads_input(s, i) else NOT_KEPT) if a is PARENT else a
                  for i, (p, a) in enumerate(zip(node.parents, args)))
 
 
@@ -448,7 +457,7 @@ def backward_remat(trace: Trace, seeds, retain: bool = False) -> None:
         for node in order:
             g = node.g
             if g is None:
-                if node.rule is not None and not node.rule.select and node.args:
+                if _counted(node):
                     _release_inputs(st, node, False)
                 if not retain:
                     node.args = node.ans = None
@@ -463,11 +472,10 @@ def backward_remat(trace: Trace, seeds, retain: bool = False) -> None:
             if rule.select:
                 route_to_slot(node, g)
                 continue
-            saves = rule.saves
             ans = node.ans
             if ans is DROPPED:  # (not recomputed for a VJP that does not read it)
-                ans = _recompute(st, node) if saves is None or saves[-1] else None
-            args = _values(st, node, saves)
+                ans = _recompute(st, node) if _reads_ans(node) else None
+            args = _values(st, node, rule.saves)
             if rule.nout > 1:
                 g = rule.fill_cotangents(node.ns, g, ans)
             parents = node.parents

@@ -573,7 +573,7 @@ class _Dispatcher:
                 if s is None:
                     node.args = (low,)
                     node.ans = ans
-                else:  # only what the VJP reads (Rule.saves)
+                else:  # only what the VJP reads (Rule.saves; _SAVES codes: 1 spec, 3 none)
                     m = s[0]
                     node.args = (spec_of(r),) if m == 1 else _NOARG if m == 3 else (low,)
                     node.ans = ans if s[1] else None
@@ -659,7 +659,8 @@ class _Dispatcher:
             sv = top.saver
             s = rule.saves if sv is None else None
             kept = ans
-            if s is not None:  # only what the VJPs read (Rule.saves); Python scalars as they are
+            if s is not None:  # only what the VJPs read (Rule.saves; _SAVES codes: 1 spec, 2 other,
+                # 3 none); Python scalars as they are
                 m = s[0]
                 if c1 is T and m and (m != 2 or n2 is None):
                     l1 = NOT_KEPT if m == 3 else spec_of(r1)
