@@ -43,47 +43,60 @@ _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 
 
-def _holo(deriv):
-    """Per-argument VJP ``g * conj(deriv(ns, ans, x))`` of a holomorphic unary function."""
+def _holo(name, deriv, real, of_ans):
+    """Per-argument VJP of a holomorphic unary function: ``g * conj(deriv)``.
 
-    def vjp(ns, g, ans, x):
-        d = deriv(ns, ans, x)
-        return g * (ns.conj(d) if d.dtype in ns._complex else d)  # cj, inlined (hot): d is an array
-
-    return vjp
+    ``deriv`` (the derivative) and ``real`` (the whole VJP for real dtypes) are
+    expressions in ``ns``, ``g``, ``ans`` and ``x``. Why the two and why
+    compiled: these are the most frequent VJPs, and the real form folds the
+    product with ``g`` into the derivative (``g / x``, not ``g * (1 / x)``)
+    without Python scalars (NumPy converts one per call, as slow as the op)
+    in one Python frame per node. ``of_ans``: the derivative reads ``ans``
+    only (``x`` is then not kept), so the dtype test reads ``ans``.
+    """
+    v = "ans" if of_ans else "x"
+    src = (f"def {name}_vjp(ns, g, ans, x):\n"
+           f"    if {v}.dtype in ns._complex:\n"
+           f"        return g * ns.conj({deriv})\n"
+           f"    return {real}\n")
+    scope = {"_LN2": _LN2, "_LN10": _LN10}
+    exec(compile(src, f"<ember: VJP of {name}>", "exec"), scope)
+    return scope[f"{name}_vjp"]
 
 
 # ----- unary -------------------------------------------------------------
+# per holomorphic unary function: its derivative, and its VJP for real dtypes (equal to
+# g * derivative up to rounding), as expressions in ns, g, ans and x
 _UNARY = {
-    "acos": lambda ns, ans, x: -1 / ns.sqrt(1 - x * x),
-    "acosh": lambda ns, ans, x: 1 / ns.sqrt(x * x - 1),
-    "asin": lambda ns, ans, x: 1 / ns.sqrt(1 - x * x),
-    "asinh": lambda ns, ans, x: 1 / ns.sqrt(x * x + 1),
-    "atan": lambda ns, ans, x: 1 / (1 + x * x),
-    "atanh": lambda ns, ans, x: 1 / (1 - x * x),
-    "cos": lambda ns, ans, x: -ns.sin(x),
-    "cosh": lambda ns, ans, x: ns.sinh(x),
-    "exp": lambda ns, ans, x: ans,
-    "expm1": lambda ns, ans, x: ans + 1,
-    "log": lambda ns, ans, x: 1 / x,
-    "log1p": lambda ns, ans, x: 1 / (x + 1),
-    "log2": lambda ns, ans, x: 1 / (x * _LN2),
-    "log10": lambda ns, ans, x: 1 / (x * _LN10),
-    "sin": lambda ns, ans, x: ns.cos(x),
-    "sinh": lambda ns, ans, x: ns.cosh(x),
-    "sqrt": lambda ns, ans, x: 0.5 / ans,
-    "square": lambda ns, ans, x: 2 * x,
-    "tan": lambda ns, ans, x: 1 + ans * ans,
-    "tanh": lambda ns, ans, x: 1 - ans * ans,
-    "reciprocal": lambda ns, ans, x: -(ans * ans),
+    "acos": ("-1 / ns.sqrt(1 - x * x)", "-(g / ns.sqrt(1 - x * x))"),
+    "acosh": ("1 / ns.sqrt(x * x - 1)", "g / ns.sqrt(x * x - 1)"),
+    "asin": ("1 / ns.sqrt(1 - x * x)", "g / ns.sqrt(1 - x * x)"),
+    "asinh": ("1 / ns.sqrt(x * x + 1)", "g / ns.sqrt(x * x + 1)"),
+    "atan": ("1 / (1 + x * x)", "g / (x * x + 1)"),
+    "atanh": ("1 / (1 - x * x)", "g / (1 - x * x)"),
+    "cos": ("-ns.sin(x)", "-(g * ns.sin(x))"),
+    "cosh": ("ns.sinh(x)", "g * ns.sinh(x)"),
+    "exp": ("ans", "g * ans"),
+    "expm1": ("ans + 1", "g * ans + g"),
+    "log": ("1 / x", "g / x"),
+    "log1p": ("1 / (x + 1)", "g / (x + 1)"),
+    "log2": ("1 / (x * _LN2)", "g / (x * _LN2)"),
+    "log10": ("1 / (x * _LN10)", "g / (x * _LN10)"),
+    "sin": ("ns.cos(x)", "g * ns.cos(x)"),
+    "sinh": ("ns.cosh(x)", "g * ns.cosh(x)"),
+    "sqrt": ("0.5 / ans", "g / (ans + ans)"),
+    "square": ("2 * x", "g * (x + x)"),
+    "tan": ("1 + ans * ans", "g * ans * ans + g"),
+    "tanh": ("1 - ans * ans", "g - g * ans * ans"),
+    "reciprocal": ("-(ans * ans)", "-(g * ans * ans)"),
 }
 # the derivatives above that read only ``ans`` (the rest read only ``x``): what the tape keeps
 _OF_ANS = frozenset({"exp", "expm1", "sqrt", "tan", "tanh", "reciprocal"})
-for _name, _deriv in _UNARY.items():
+for _name, (_deriv, _real) in _UNARY.items():
     if _name in _OF_ANS:
-        defvjp(_name, _holo(_deriv), saves=("none",))
+        defvjp(_name, _holo(_name, _deriv, _real, True), saves=("none",))
     else:
-        defvjp(_name, _holo(_deriv), keep_ans=False)
+        defvjp(_name, _holo(_name, _deriv, _real, False), keep_ans=False)
 
 defvjp("abs", lambda ns, g, ans, x: g * ns.sign(x), keep_ans=False)  # complex: g * z / |z|
 defvjp("negative", lambda ns, g, ans, x: -g, saves=("none",), keep_ans=False)
