@@ -25,7 +25,7 @@ from .._errors import ConsumedError
 from ._ownership import Owned, as_operand, claim, fail_claims, run_owned, same_twice
 from ._direct import direct_functions
 from ._rules import RULES, SELECT
-from ._rules._base import NOT_KEPT, spec_of
+from ._rules._base import _SPECS, NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
 
@@ -599,6 +599,7 @@ class _Dispatcher:
         """
         T, A, call, coerce, mod, rule_of = self.T, self.A, self.call, self.coerce, self.module, RULES.get
         known = (A, Tensor)
+        specs = _SPECS
 
         def slow(x1, x2):
             if operator:
@@ -661,13 +662,26 @@ class _Dispatcher:
             kept = ans
             if s is not None:  # only what the VJPs read (Rule.saves; _SAVES codes: 1 spec, 2 other,
                 # 3 none); Python scalars as they are
+                # (spec_of's cache read inline, spec_of itself on a miss or an unhashable key)
                 m = s[0]
                 if c1 is T and m and (m != 2 or n2 is None):
-                    l1 = NOT_KEPT if m == 3 else spec_of(r1)
+                    if m == 3:
+                        l1 = NOT_KEPT
+                    else:
+                        try:
+                            l1 = specs.get((r1.__class__, r1.shape, r1.dtype)) or spec_of(r1)
+                        except TypeError:
+                            l1 = spec_of(r1)
                     c1 = None  # (no handle below)
                 m = s[1]
                 if c2 is T and m and (m != 2 or n1 is None):
-                    l2 = NOT_KEPT if m == 3 else spec_of(r2)
+                    if m == 3:
+                        l2 = NOT_KEPT
+                    else:
+                        try:
+                            l2 = specs.get((r2.__class__, r2.shape, r2.dtype)) or spec_of(r2)
+                        except TypeError:
+                            l2 = spec_of(r2)
                     c2 = None
                 if not s[2]:
                     kept = None

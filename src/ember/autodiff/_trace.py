@@ -311,14 +311,15 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
             T = ns._Tensor
             R = ns._dispatch.raw_ns
         args = node.args
-        fns = rule.fns
-        if fns is not None and len(fns) == len(args) < 3 and not node.params:
+        k = rule.arity
+        if k and len(args) == k and not node.params:
+            fns = rule.fns
             ans = node.ans
             if ans is not None:  # (None: the VJPs do not read it, Rule.saves)
                 ans = ans._value
             try:
-                if len(args) == 1:
-                    a = args[0]
+                if k == 1:
+                    (a,) = args
                     gi = fns[0](R, g, ans, a._value if a.__class__ is T else a)
                     p = node.parents[0]
                     if p.g is None:

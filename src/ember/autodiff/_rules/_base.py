@@ -96,8 +96,8 @@ def spec_of(x) -> Spec:
 class Rule:
     """VJP rule of one primitive plus its memory class."""
 
-    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns", "scatter",
-                 "saves")
+    __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns", "arity",
+                 "scatter", "saves")
 
     def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True,
                  raw=True, saves=None, keep_ans=True):
@@ -113,6 +113,9 @@ class Rule:
         # per-argument VJPs (defvjp) that the raw backward may call directly
         fns = getattr(vjp, "fns", None)
         self.fns = fns if raw and nout == 1 and not select and fns and fns[0] is not None else None
+        # 1 or 2: the raw backward calls fns directly for a node with that many arguments and
+        # no parameters (the elementwise ops); 0: it calls vjp
+        self.arity = len(self.fns) if self.fns is not None and len(self.fns) < 3 else 0
         # scatter(ns, acc, g, x, **params): add the cotangent into an accumulator of x's shape
         # that the backward loop owns (None: make one), in place; None when it cannot
         self.scatter = None
