@@ -16,7 +16,7 @@ vector; ``grad`` of the sum of its end. Every call does ``L`` ops in total
 
 Reported in microseconds per op; the acceptance ratio is
 ``ember-long / ember-1k`` (target <= 1.5). A call takes seconds, so the
-default is 3 rounds (``--rounds`` to change). An ember failure (e.g.
+default is 5 rounds (``--rounds`` to change). An ember failure (e.g.
 ``RecursionError``) is reported as ``n/a (RecursionError: ...)`` in the table
 and the JSON.
 
@@ -38,7 +38,7 @@ LENGTH = 1_000_000
 QUICK_LENGTH = 100_000
 SHORT = 1_000
 SHAPE = (8,)
-DEFAULT_ROUNDS = 3
+DEFAULT_ROUNDS = 5
 
 
 def chain(x: Any, n: int, ns: Any) -> Any:
