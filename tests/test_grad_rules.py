@@ -944,6 +944,23 @@ def test_complex_gradients_follow_pytorch_convention(lib, name, a, b):
     check_complex_grad(xp, lambda z: COMPLEX_FUNCS[name](xp, z), a + 1j * b)
 
 
+HOLOMORPHIC_UNARY = ["acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "exp", "expm1",
+                     "log", "log1p", "log2", "log10", "reciprocal", "sin", "sinh", "sqrt", "square",
+                     "tan", "tanh"]
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+@pytest.mark.parametrize("name", HOLOMORPHIC_UNARY)
+@settings(max_examples=4, **SETTINGS)
+@given(a=arrays((3,), 0.3, 1.5), b=arrays((3,), 0.2, 1.0))
+def test_complex_gradient_of_each_holomorphic_unary(lib, name, a, b):
+    """Every unary VJP's complex branch (g * conj(f'(z))), off the real axis: the branch
+    cuts of log, sqrt and the inverse functions and the poles of tan lie on it."""
+    xp = namespace(lib)
+    f = getattr(xp, name)
+    check_complex_grad(xp, lambda z: xp.sum(xp.real(f(z) * (0.3 - 1.2j))), a + 1j * b)
+
+
 @pytest.mark.parametrize("lib", BACKENDS)
 def test_complex_convention_examples(lib):
     """Spot values: d|z|^2 = 2z, d Re(z) = 1, d Im(z) = 1j (PyTorch)."""
