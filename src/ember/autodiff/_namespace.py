@@ -665,23 +665,17 @@ class _Dispatcher:
                 # (spec_of's cache read inline, spec_of itself on a miss or an unhashable key)
                 m = s[0]
                 if c1 is T and m and (m != 2 or n2 is None):
-                    if m == 3:
-                        l1 = NOT_KEPT
-                    else:
-                        try:
-                            l1 = specs.get((r1.__class__, r1.shape, r1.dtype)) or spec_of(r1)
-                        except TypeError:
-                            l1 = spec_of(r1)
+                    try:
+                        l1 = NOT_KEPT if m == 3 else specs.get((r1.__class__, r1.shape, r1.dtype)) or spec_of(r1)
+                    except TypeError:  # an unhashable key
+                        l1 = spec_of(r1)
                     c1 = None  # (no handle below)
                 m = s[1]
                 if c2 is T and m and (m != 2 or n1 is None):
-                    if m == 3:
-                        l2 = NOT_KEPT
-                    else:
-                        try:
-                            l2 = specs.get((r2.__class__, r2.shape, r2.dtype)) or spec_of(r2)
-                        except TypeError:
-                            l2 = spec_of(r2)
+                    try:
+                        l2 = NOT_KEPT if m == 3 else specs.get((r2.__class__, r2.shape, r2.dtype)) or spec_of(r2)
+                    except TypeError:  # an unhashable key
+                        l2 = spec_of(r2)
                     c2 = None
                 if not s[2]:
                     kept = None
