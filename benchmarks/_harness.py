@@ -31,6 +31,7 @@ import gc
 import importlib
 import importlib.util
 import json
+import math
 import os
 import platform
 import statistics
@@ -61,6 +62,8 @@ MSG_BAD_REFERENCE = (
     "pass one of those names or None."
 )
 NA_PREFIX = "n/a"
+#: Confidence level of the intervals reported next to medians and ratios.
+CI_LEVEL = 0.95
 
 
 class Skip(Exception):
@@ -238,6 +241,8 @@ class ImplResult:
     min: float | None = None
     max: float | None = None
     ratio: float | None = None
+    median_ci: tuple[float, float] | None = None  # CI_LEVEL confidence interval of the median
+    ratio_ci: tuple[float, float] | None = None  # ... of the ratio vs the reference
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -252,6 +257,7 @@ class WorkloadResult:
     rounds: int
     target_s: float
     extra_ratios: dict[str, float | None]
+    extra_ci: dict[str, tuple[float, float] | None] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         w = self.workload
@@ -264,13 +270,52 @@ class WorkloadResult:
             "rounds": self.rounds,
             "target_batch_s": self.target_s,
             "statistic": "median over rounds of per-call time; ratios: median of per-round ratios",
+            "ci": f"{CI_LEVEL:.0%} distribution-free confidence interval of each median (order statistics)",
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "platform": platform.platform(),
             "machine": platform.machine(),
             "versions": _versions(),
             "results": {k: v.as_dict() for k, v in self.impls.items()},
             "ratios": self.extra_ratios,
+            "ratio_ci": self.extra_ci,
         }
+
+
+def median_ci(samples: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float] | None:
+    """A confidence interval of the median of ``samples``, free of any distribution assumption.
+
+    The ``k``-th smallest and ``k``-th largest sample, with ``k`` the largest
+    rank that still covers the median with probability ``level`` (the number
+    of samples below the median is Binomial(n, 1/2)). None when there are too
+    few samples for that level (fewer than 6 at 95%). Why: on a shared VM one
+    run's median moves by several percent, so a ratio 1% over its target says
+    little until one sees how wide its interval is.
+
+    >>> median_ci(range(1, 26))  # the 8th and the 18th of 25
+    (8, 18)
+    """
+    xs = sorted(samples)
+    n = len(xs)
+    tail = (1.0 - level) / 2
+    cdf = 0.0
+    k = 0
+    while k < n:
+        p = math.comb(n, k) / 2.0 ** n
+        if cdf + p > tail:
+            break
+        cdf += p
+        k += 1
+    if k == 0:
+        return None
+    return xs[k - 1], xs[n - k]
+
+
+def _pairs(impls: dict[str, ImplResult], num: str, den: str) -> list[float] | None:
+    """``num``'s time / ``den``'s time, per round; None if either has no timings."""
+    a, b = impls.get(num), impls.get(den)
+    if a is None or b is None or a.median is None or not b.median:
+        return None
+    return [x / y for x, y in zip(a.samples, b.samples) if y]
 
 
 def _ratio(impls: dict[str, ImplResult], num: str, den: str) -> float | None:
@@ -280,11 +325,16 @@ def _ratio(impls: dict[str, ImplResult], num: str, den: str) -> float | None:
     rounds; the two batches of one round ran within a second of each other,
     so their ratio cancels most of the drift.
     """
-    a, b = impls.get(num), impls.get(den)
-    if a is None or b is None or a.median is None or not b.median:
+    pairs = _pairs(impls, num, den)
+    if pairs is None:
         return None
-    pairs = [x / y for x, y in zip(a.samples, b.samples) if y]
-    return statistics.median(pairs) if pairs else a.median / b.median
+    return statistics.median(pairs) if pairs else impls[num].median / impls[den].median
+
+
+def _ratio_ci(impls: dict[str, ImplResult], num: str, den: str) -> tuple[float, float] | None:
+    """The confidence interval of :func:`_ratio` (of the median of the per-round ratios)."""
+    pairs = _pairs(impls, num, den)
+    return median_ci(pairs) if pairs else None
 
 
 def run_workload(w: Workload, rounds: int = 7, target: float = 0.1) -> WorkloadResult:
@@ -327,11 +377,14 @@ def run_workload(w: Workload, rounds: int = 7, target: float = 0.1) -> WorkloadR
         if res.status == "ok" and res.samples:
             res.median = statistics.median(res.samples)
             res.min, res.max = min(res.samples), max(res.samples)
+            res.median_ci = median_ci(res.samples)
     if w.reference is not None:
         for res in results.values():
             res.ratio = _ratio(results, res.name, w.reference)
+            res.ratio_ci = _ratio_ci(results, res.name, w.reference)
     extra = {f"{a} / {b}": _ratio(results, a, b) for a, b in w.ratios}
-    return WorkloadResult(w, results, rounds, target, extra)
+    extra_ci = {f"{a} / {b}": _ratio_ci(results, a, b) for a, b in w.ratios}
+    return WorkloadResult(w, results, rounds, target, extra, extra_ci)
 
 
 # ------------------------------------------------------------------------ output
@@ -370,7 +423,10 @@ def format_table(res: WorkloadResult) -> str:
             f"  {ratio:>8}  {r.n:>8}"
         )
     for label, val in res.extra_ratios.items():
-        lines.append(f"  ratio {label}: " + (f"{val:.2f}x" if val is not None else NA_PREFIX))
+        ci = res.extra_ci.get(label)
+        text = NA_PREFIX if val is None else f"{val:.2f}x" + (
+            f" ({CI_LEVEL:.0%} CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        lines.append(f"  ratio {label}: {text}")
     return "\n".join(lines)
 
 

@@ -251,6 +251,7 @@ def workloads() -> list[Workload]:
     return [
         Workload(
             name="overhead",
+            rounds=15,  # (7 rounds give the ratios a 95% interval as wide as their whole range)
             unit="us/op",
             description=f"chain of {N_OPS} elementwise ops, float64 {SHAPE}",
             impls={

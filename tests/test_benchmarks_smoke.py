@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -83,6 +85,40 @@ def test_quick_run_table_and_json(harness, tmp_path, capsys):
     assert r["status"] == "ok" and len(r["samples"]) == 3 and r["median"] > 0
     assert data["results"]["missing"]["median"] is None
     assert "other / ref" in data["ratios"]
+
+
+def _binom_below(n, k):
+    """P(Binomial(n, 1/2) < k)."""
+    return sum(math.comb(n, i) for i in range(k)) / 2 ** n
+
+
+@pytest.mark.parametrize("n", range(1, 80))
+def test_median_ci_is_the_narrowest_order_statistics_that_cover_the_level(harness, n):
+    xs = [float(v) for v in range(n)]  # the ranks 0..n-1, shuffled
+    random.Random(n).shuffle(xs)
+    ci = harness.median_ci(xs)
+    if n < 6:  # even (min, max) covers the median with probability below 95% (1 - 2/2**n)
+        assert ci is None
+        return
+    lo, hi = ci
+    k = int(lo) + 1  # the interval is (k-th smallest, k-th largest)
+    assert hi == n - k
+    assert 1 - 2 * _binom_below(n, k) >= 0.95  # covers the level...
+    assert 1 - 2 * _binom_below(n, k + 1) < 0.95  # ...and one rank narrower would not
+
+
+def test_rounds_give_ratio_intervals_around_the_ratio(harness, tmp_path):
+    w = _workload(harness, {})
+    w.ratios = [("other", "ref")]
+    (res,) = harness.run_cli([w], ["--rounds", "7", "--target", "0.001", "--results-dir", str(tmp_path)])
+    pairs = sorted(a / b for a, b in zip(res.impls["other"].samples, res.impls["ref"].samples))
+    lo, hi = res.extra_ci["other / ref"]
+    assert (lo, hi) == (pairs[0], pairs[-1])  # 7 rounds: the whole range is the 95% interval
+    assert lo <= res.extra_ratios["other / ref"] <= hi
+    assert res.impls["other"].ratio_ci == (lo, hi)
+    assert res.impls["ref"].median_ci == (min(res.impls["ref"].samples), max(res.impls["ref"].samples))
+    data = json.loads((tmp_path / "smoke.json").read_text())
+    assert data["ratio_ci"]["other / ref"] == [lo, hi] and data["results"]["other"]["ratio_ci"] == [lo, hi]
 
 
 def test_only_filter_drops_reference(harness, tmp_path):
@@ -229,12 +265,12 @@ def test_chain_minimal_tape_computes_embers_gradient(monkeypatch):
     assert abs(got[0] - fd) < 1e-6 * max(1.0, abs(fd))
 
 
-def _fake(name, unit, medians, ratios, ops=1.0, reference=None):
+def _fake(name, unit, medians, ratios, ops=1.0, reference=None, ratio_ci=None):
     res = {k: {"name": k, "status": "ok" if v else "error", "note": "" if v else "RecursionError: x",
                "n": 1, "samples": [v] if v else [], "median": v, "min": v, "max": v,
                "ratio": None} for k, v in medians.items()}
     return {"name": name, "unit": unit, "ops_per_call": ops, "reference": reference, "rounds": 1,
-            "results": res, "ratios": ratios, "versions": {"numpy": "x"}}
+            "results": res, "ratios": ratios, "ratio_ci": ratio_ci or {}, "versions": {"numpy": "x"}}
 
 
 def test_all_summary_and_chart(tmp_path, monkeypatch):
@@ -244,7 +280,8 @@ def test_all_summary_and_chart(tmp_path, monkeypatch):
                                     "minimal-tape": 1.6},
               {"ember-untracked / numpy": 1.25, "ember-grad / torch": 2.5 / 6.0,
                "ember-grad / minimal-tape": 2.5 / 1.6}, 100, "numpy"),
-        _fake("mlp_float32", "ms/step", {"numpy": 2.0, "ember-step": 2.2}, {"ember-step / numpy": 1.1}),
+        _fake("mlp_float32", "ms/step", {"numpy": 2.0, "ember-step": 2.2}, {"ember-step / numpy": 1.1},
+              ratio_ci={"ember-step / numpy": [1.03, 1.16]}),
         _fake("long_chain", "us/op", {"ember-1k": 3.0, "ember-long": None},
               {"ember-long / ember-1k": None}, 100_000, "ember-1k"),
     ]
@@ -259,12 +296,16 @@ def test_all_summary_and_chart(tmp_path, monkeypatch):
     assert acc["elementwise_vs_torch"]["pass"] is True and acc["untracked_vs_numpy"]["pass"] is True
     assert acc["elementwise_vs_minimal_tape"]["pass"] is False  # 1.5625x > 1.36x
     assert acc["mlp_float32_vs_numpy"]["pass"] is False
+    # the interval comes with the verdict: 1.10x fails, but its interval holds the 1.05x target
+    assert acc["mlp_float32_vs_numpy"]["ci"] == [1.03, 1.16] and acc["mlp_float32_vs_numpy"]["within_noise"]
+    assert acc["elementwise_vs_torch"]["ci"] is None and not acc["elementwise_vs_torch"]["within_noise"]
     assert acc["mlp_float64_vs_numpy"]["value"] is None and "not run" in acc["mlp_float64_vs_numpy"]["note"]
     lc = acc["long_chain_per_op"]
     assert lc["completed"] is False and "RecursionError" in lc["note"] and lc["length"] == 100_000
     assert doc["all_pass"] is False and set(doc["workloads"]) == {"overhead", "mlp_float32", "long_chain"}
-    assert "| elementwise chain fwd+bwd, ember / torch | 0.417x | <= 0.5x | pass |" in (
-        tmp_path / "summary.md").read_text()
+    md = (tmp_path / "summary.md").read_text()
+    assert "| elementwise chain fwd+bwd, ember / torch | 0.417x | n/a | <= 0.5x | pass |" in md
+    assert "| 1.1x | 1.03-1.16 | <= 1.05x | FAIL (the CI holds the target) |" in md
 
     chart = _load_script("chart", monkeypatch)
     png = chart.make_chart(tmp_path, tmp_path / "c.png")
