@@ -208,7 +208,10 @@ def _ci(w: dict[str, Any] | None, kind: str, key: str) -> list[float] | None:
     """The confidence interval the harness gave that median or ratio (None: too few rounds)."""
     if w is None:
         return None
-    ci = (w["results"].get(key) or {}).get("median_ci") if kind == "median" else (w.get("ratio_ci") or {}).get(key)
+    if kind == "median":
+        ci = (w["results"].get(key) or {}).get("median_ci")
+    else:
+        ci = (w.get("ratio_ci") or {}).get(key)
     return list(ci) if ci else None
 
 
