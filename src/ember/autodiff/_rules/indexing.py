@@ -10,9 +10,18 @@ forward pass; every repeated position of ``v`` receives the cotangent.
 
 from __future__ import annotations
 
+from ..._errors import ShapeError
 from .._trace import active_traces
 from ._base import defvjp
-from ._util import fit
+from ._util import fit, known
+
+MASK_OF_UNKNOWN_SIZE = (
+    "backward of getitem: x[mask] with a lazy boolean mask selected an unknown number of "
+    "elements (a backend such as Dask counts them only when it computes; shapes {x} -> {g}), so "
+    "its cotangent cannot be written back to x. Write the masked term with where instead, "
+    "xp.where(mask, f(x), 0) (the same gradient, no unknown size), or compute the mask first "
+    "and index with that NumPy array, x[numpy.asarray(ember.compute(mask).raw)]"
+)
 
 
 def _device(a):
@@ -36,7 +45,13 @@ def _advanced(key):
     return any(_is_int_array(k) for k in keys)
 
 
+def _bool_array(k) -> bool:
+    return "bool" in str(getattr(k, "dtype", "")) and hasattr(k, "shape")
+
+
 def _getitem(ns, g, ans, x, *, key):
+    if not known(g.shape) and any(_bool_array(k) for k in (key if isinstance(key, tuple) else (key,))):
+        raise ShapeError(MASK_OF_UNKNOWN_SIZE.format(x=tuple(x.shape), g=tuple(g.shape)))
     z = ns.zeros_like(x)
     if _advanced(key):
         return ns._index_add(z, g, key=key)
