@@ -46,6 +46,7 @@ def _advanced(key):
 
 
 def _bool_array(k) -> bool:
+    """Whether index ``k`` is a boolean array (a mask)."""
     return "bool" in str(getattr(k, "dtype", "")) and hasattr(k, "shape")
 
 
