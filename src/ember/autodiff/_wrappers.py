@@ -13,6 +13,7 @@ import functools
 import math
 import warnings
 
+from .._errors import ShapeError
 from ._tensor import Tensor, raw_value
 from ._rules.elementwise import relu_value
 
@@ -408,7 +409,31 @@ def build(d) -> dict:
     def _index_add(x, g, *, key):
         return call("index_add", index_add_impl, (x, g), {"key": key})
 
+    def mask_scatter_impl(g, key, like):
+        from ._rules.indexing import MASK_OF_UNKNOWN_SIZE
+
+        out = dask_mask_scatter(like, g, key)
+        if out is None:
+            raise ShapeError(MASK_OF_UNKNOWN_SIZE.format(x=tuple(like.shape), g=tuple(g.shape)))
+        return out
+
+    def _mask_scatter(g, *, key, like):
+        """The cotangent of ``like[key]`` (Dask, a boolean mask, unknown sizes): dask_mask_scatter."""
+        return call("mask_scatter", mask_scatter_impl, (g,), {"key": key, "like": like})
+
+    def mask_gather_impl(g, key, like):
+        from ._namespace import _unknown
+
+        if not _unknown(like.shape):  # like's blocks give the selection's blocks, as in the forward
+            g = g.rechunk(like.chunks)
+        return g[key]
+
+    def _mask_gather(g, *, key, like):
+        """``g[key]`` in the blocks of ``like[key]``: the VJP of _mask_scatter (and the reverse)."""
+        return call("mask_gather", mask_gather_impl, (g,), {"key": key, "like": like})
+
     out["_setitem"], out["_index_add"] = _setitem, _index_add
+    out["_mask_scatter"], out["_mask_gather"] = _mask_scatter, _mask_gather
     return out
 
 
@@ -608,6 +633,66 @@ def backend_fixes(xp) -> dict:
         fixes["cumulative_prod"] = _dask_scan(xp.cumulative_prod, xp.ones_like)
         fixes["flip"] = _dask_flip(xp.flip)
     return fixes
+
+
+def _second(a, b):
+    """``b``: a mask block in the blocks ``elemwise`` unifies with x's (as Dask's selection)."""
+    return b
+
+
+def _row_mask_block(x, mask):
+    """A block of a mask over x's first axes, at the shape of x's block."""
+    import array_api_compat
+
+    ns = array_api_compat.array_namespace(mask)
+    return ns.broadcast_to(ns.reshape(mask, tuple(mask.shape) + (1,) * (x.ndim - mask.ndim)), x.shape)
+
+
+def _scatter_block(mask, g):
+    """One block of :func:`dask_mask_scatter`: zeros of ``mask``'s shape, ``g`` where it holds."""
+    import array_api_compat
+
+    out = array_api_compat.array_namespace(g).zeros(mask.shape, dtype=g.dtype)
+    out[mask] = g.reshape(-1)
+    return out
+
+
+def dask_mask_scatter(x, g, key):
+    """The cotangent of Dask's ``x[mask]`` from ``g`` when the selection's size is unknown:
+    zeros of x's shape with ``g`` where the boolean Dask array ``mask`` holds (a mask of x's
+    shape, or over its first axis). None where ``g`` or the key do not allow it.
+
+    Why: the usual form, zeros with ``g`` assigned at ``mask``, needs the number of
+    selected elements, which Dask counts only when it computes. Dask selects block by
+    block: a full-shape mask elementwise on the raveled arrays (unified chunks), a row
+    mask blockwise; each block of the selection comes from one block of the mask. The
+    same calls here give the mask in those very blocks, and ``g``, when it kept the
+    selection's blocks (elementwise ops do), is written back block by block, lazily.
+    """
+    import dask.array as da
+    from dask.array.core import blockwise, elemwise
+
+    from ._namespace import _unknown
+
+    keys = key if isinstance(key, tuple) else (key,)
+    if len(keys) != 1 or not isinstance(keys[0], da.Array) or keys[0].dtype != bool:
+        return None
+    mask, shape, raveled = keys[0], tuple(x.shape), False
+    if mask.ndim == x.ndim:
+        if not _unknown(x.shape) and not _unknown(mask.shape):
+            x, mask, raveled = x.ravel(), mask.ravel(), True
+        if x.ndim != 1:  # (Dask lists the blocks of an N-d selection in one axis)
+            return None
+        m = elemwise(_second, x, mask, dtype=bool)
+    elif mask.ndim == 1:
+        m = blockwise(_row_mask_block, tuple(range(x.ndim)), x, tuple(range(x.ndim)), mask, (0,), dtype=bool)
+    else:
+        return None
+    if g.ndim != m.ndim or g.numblocks != m.numblocks or g.chunks[1:] != m.chunks[1:]:
+        return None  # the cotangent has other blocks than the selection (e.g. a broadcast)
+    ind = tuple(range(m.ndim))
+    out = blockwise(_scatter_block, ind, m, ind, g, ind, align_arrays=False, dtype=g.dtype)
+    return out.reshape(shape) if raveled else out
 
 
 def _dask_flip(raw):

@@ -17,10 +17,12 @@ from ._util import fit, known
 
 MASK_OF_UNKNOWN_SIZE = (
     "backward of getitem: x[mask] with a lazy boolean mask selected an unknown number of "
-    "elements (a backend such as Dask counts them only when it computes; shapes {x} -> {g}), so "
-    "its cotangent cannot be written back to x. Write the masked term with where instead, "
-    "xp.where(mask, f(x), 0) (the same gradient, no unknown size), or compute the mask first "
-    "and index with that NumPy array, x[numpy.asarray(ember.compute(mask).raw)]"
+    "elements (a backend such as Dask counts them only when it computes; shapes {x} -> {g}), and "
+    "its cotangent cannot be written back to x here (on Dask it goes back block by block, which "
+    "needs a mask of x's shape on 1-d x, or a mask of x's rows, and a cotangent in the "
+    "selection's blocks, as elementwise ops keep them). Write the masked term with where "
+    "instead, xp.where(mask, f(x), 0) (the same gradient, no unknown size), or compute the mask "
+    "first and index with that NumPy array, x[numpy.asarray(ember.compute(mask).raw)]"
 )
 
 
@@ -52,7 +54,10 @@ def _bool_array(k) -> bool:
 
 def _getitem(ns, g, ans, x, *, key):
     if not known(g.shape) and any(_bool_array(k) for k in (key if isinstance(key, tuple) else (key,))):
-        raise ShapeError(MASK_OF_UNKNOWN_SIZE.format(x=tuple(x.shape), g=tuple(g.shape)))
+        scatter = getattr(ns, "_mask_scatter", None)  # (Dask: block by block; else this error)
+        if scatter is None or ns._backend_name != "dask":
+            raise ShapeError(MASK_OF_UNKNOWN_SIZE.format(x=tuple(x.shape), g=tuple(g.shape)))
+        return scatter(g, key=key, like=x.raw)
     z = ns.zeros_like(x)
     if _advanced(key):
         return ns._index_add(z, g, key=key)
@@ -131,5 +136,8 @@ defvjp("getitem", _getitem, raw=False).scatter = _getitem_scatter
 defvjp("setitem", _setitem_x, _setitem_v, raw=False)
 defvjp("index_add", lambda ns, g, ans, x, v, *, key: g,
        lambda ns, g, ans, x, v, *, key: fit(ns, g[key], v), raw=False)
+# Dask's x[mask] at unknown sizes (_getitem): its cotangent scattered back, and that one's VJP
+defvjp("mask_scatter", lambda ns, g, ans, gs, *, key, like: ns._mask_gather(g, key=key, like=like), raw=False)
+defvjp("mask_gather", lambda ns, g, ans, gs, *, key, like: ns._mask_scatter(g, key=key, like=like), raw=False)
 defvjp("take", _take, None, raw=False)
 defvjp("take_along_axis", _take_along, None, raw=False)
