@@ -433,7 +433,8 @@ def build(d) -> dict:
         return call("mask_gather", mask_gather_impl, (g,), {"key": key, "like": like})
 
     out["_setitem"], out["_index_add"] = _setitem, _index_add
-    out["_mask_scatter"], out["_mask_gather"] = _mask_scatter, _mask_gather
+    if d.bname == "dask":  # (the backward of getitem asks for them on lazy masks only)
+        out["_mask_scatter"], out["_mask_gather"] = _mask_scatter, _mask_gather
     return out
 
 

@@ -54,8 +54,8 @@ def _bool_array(k) -> bool:
 
 def _getitem(ns, g, ans, x, *, key):
     if not known(g.shape) and any(_bool_array(k) for k in (key if isinstance(key, tuple) else (key,))):
-        scatter = getattr(ns, "_mask_scatter", None)  # (Dask: block by block; else this error)
-        if scatter is None or ns._backend_name != "dask":
+        scatter = getattr(ns, "_mask_scatter", None)  # (Dask's: block by block; else this error)
+        if scatter is None:
             raise ShapeError(MASK_OF_UNKNOWN_SIZE.format(x=tuple(x.shape), g=tuple(g.shape)))
         return scatter(g, key=key, like=x.raw)
     z = ns.zeros_like(x)
