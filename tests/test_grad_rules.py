@@ -330,7 +330,8 @@ case("logsumexp", args_of(arrays(shapes(min_dims=1, min_side=1))),
 @st.composite
 def _matmul(draw):
     m, k, n = draw(st.tuples(*[st.integers(0, 3)] * 3))
-    kind = draw(st.sampled_from(["1-1", "1-2", "2-1", "2-2", "batched", "1-batched", "batched-1"]))
+    kind = draw(st.sampled_from(["1-1", "1-2", "2-1", "2-2", "batched", "batched-2", "1-batched",
+                                 "batched-1"]))
     if kind == "1-1":
         sa, sb = (k,), (k,)
     elif kind == "1-2":
@@ -339,6 +340,8 @@ def _matmul(draw):
         sa, sb = (m, k), (k,)
     elif kind == "2-2":
         sa, sb = (m, k), (k, n)
+    elif kind == "batched-2":  # a stack of matrices times one matrix: one product over the rows
+        sa, sb = draw(shapes(min_dims=1, max_dims=2)) + (m, k), (k, n)
     else:
         b1, b2 = draw(broadcast_pair(max_dims=2))
         sa = (k,) if kind == "1-batched" else b1 + (m, k)

@@ -23,7 +23,7 @@ permute_dims        ``numpy.transpose``
 broadcast_to        a zero-stride view for 0-d input
 astype              the ``ndarray.astype`` method
 ``_mask_product``   ``numpy.multiply`` of a cotangent by a bool mask
-``_linear``         ``matmul``, then bias and ReLU in place
+``_linear``         ``matmul`` (over all rows at once), then bias and ReLU in place
 ``_seed_ones_like`` ``asarray(1, dtype)`` for a 0-d backward seed
 ==================  ============================================
 """
@@ -31,6 +31,7 @@ astype              the ``ndarray.astype`` method
 from __future__ import annotations
 
 import operator
+from math import prod
 from typing import Any
 
 #: reduction name -> (ufunc name, whether it takes ``dtype``)
@@ -139,6 +140,10 @@ def _linear(lib):
 
     def linear(x, w, b, *, relu=False):
         check_linear(x, w, b, relu, complex_dtypes)
+        shape = x.shape
+        if len(shape) > 2:  # one product over all rows: a stacked matmul runs a GEMM per matrix
+            y = linear(x.reshape(prod(shape[:-1]), shape[-1]), w, b, relu=relu)
+            return y.reshape(shape[:-1] + y.shape[-1:])
         y = matmul(x, w.T)
         if b is not None:
             if b.dtype == y.dtype:

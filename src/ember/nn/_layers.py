@@ -58,7 +58,9 @@ def linear(x: Any, weight: Any, bias: Any = None, *, activation: Callable[[Any],
 
     On ember namespaces, when ``activation`` is None or :func:`relu`, this is
     one primitive: one tape node whose backward computes the three gradients
-    together (on NumPy the bias and the ReLU go into the product's buffer).
+    together (on NumPy the bias and the ReLU go into the product's buffer, and
+    an input with several leading axes is multiplied as one matrix of rows:
+    NumPy runs a stacked matmul as one GEMM per matrix).
     Otherwise it composes ``matmul``, ``+`` and ``activation``. Dtypes promote
     as in that composition.
 

@@ -12,7 +12,7 @@ import math
 
 from ..._errors import DTypeError, ShapeError
 from ._base import COMPUTE, defvjp, defvjp_all
-from ._util import cj, fit, select, select_summed
+from ._util import as_rows, cj, fit, select, select_summed
 
 
 def _matmul_a(ns, g, ans, a, b):
@@ -26,6 +26,10 @@ def _matmul_a(ns, g, ans, a, b):
         return fit(ns, ns.matmul(b, g[..., None])[..., 0], a)
     if b.ndim == 1:
         return fit(ns, g[..., None] * b, a)
+    if b.ndim == 2 and a.dtype == b.dtype == g.dtype:  # stacked a, a matrix b: one product
+        g2 = as_rows(ns, g)
+        if g2 is not None:
+            return ns.reshape(ns.matmul(g2, ns.matrix_transpose(b)), a.shape)
     return fit(ns, ns.matmul(g, ns.matrix_transpose(b)), a)
 
 
@@ -40,6 +44,10 @@ def _matmul_b(ns, g, ans, a, b):
         return fit(ns, a[:, None] * g[..., None, :], b)
     if b.ndim == 1:
         return fit(ns, ns.matmul(ns.matrix_transpose(a), g[..., None])[..., 0], b)
+    if b.ndim == 2 and a.dtype == b.dtype == g.dtype:  # stacked a, a matrix b: one product,
+        a2 = as_rows(ns, a)  # summed over the rows (not per matrix, then over the stack)
+        if a2 is not None:
+            return ns.matmul(ns.matrix_transpose(a2), as_rows(ns, g))
     return fit(ns, ns.matmul(ns.matrix_transpose(a), g), b)
 
 
@@ -140,7 +148,7 @@ def _column_major(a) -> bool:
 
 def _linear_vjp(ns, g, ans, args, params, parents):
     """``y = act(x @ w^T + b)``, ``w`` of shape ``(out, in)``, ``b`` of shape ``(out,)`` or None:
-    ``gx = g' @ w``, ``gw = g'^T @ x`` (leading axes of x flattened), ``gb = sum(g')``, where
+    ``gx = g' @ w``, ``gw = g'^T @ x``, ``gb = sum(g')`` (leading axes of x flattened), where
     ``g'`` is ``g`` masked by the ReLU (``relu=True``); complex inputs conjugate as matmul's.
 
     ``gw`` takes ``w``'s memory layout: a column-major weight (``W.T`` of an
@@ -150,6 +158,13 @@ def _linear_vjp(ns, g, ans, args, params, parents):
     operands (OpenBLAS float32: 0.93x the time on the MLP's input layer,
     ``benchmarks/gemm_layout.py``)."""
     x, w, b = args
+    xshape = None
+    if x.ndim > 2:  # the leading axes as rows: one product per gradient (see as_rows)
+        x2 = as_rows(ns, x)
+        if x2 is not None:
+            xshape, x, g = x.shape, x2, as_rows(ns, g)
+            if params.get("relu"):
+                ans = as_rows(ns, ans)
     dt = g.dtype  # one real dtype throughout (the common case): no conjugation or casts
     plain = x.dtype == dt and w.dtype == dt and dt not in ns._complex
     # the common bias gradient: the leading axis summed (fit also casts; not needed when plain)
@@ -183,6 +198,8 @@ def _linear_vjp(ns, g, ans, args, params, parents):
             gw = fit(ns, gw, w)
     if parents[2] is not None and gb is None:
         gb = ns.sum(g, axis=0) if sum_bias else fit(ns, g, b)
+    if xshape is not None and gx is not None:
+        gx = ns.reshape(gx, xshape)
     return gx, gw, gb
 
 
