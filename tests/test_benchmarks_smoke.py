@@ -369,3 +369,21 @@ def test_checkpointing_rss_child_measures_itself_after_a_big_parent():
     peak = int(out.stdout.strip().splitlines()[-1])
     del held
     assert 16 * 2**20 < peak < 512 * 2**20, peak  # 8 layers of 4 MB saved, and more
+
+
+def test_mlp_phases_times_every_phase_and_puts_embers_backward_back(monkeypatch, capsys):
+    """mlp_phases.py on a tiny MLP: a row per phase for both steps, ember's backward_quiet
+    restored afterwards (the script wraps it to mark the backward pass's end)."""
+    import ember.func._transforms as transforms
+
+    before = transforms.backward_quiet
+    mod = _load_script("mlp_phases", monkeypatch)
+    monkeypatch.setattr(mod.mlp, "SIZES", (6, 5, 4, 3))
+    monkeypatch.setattr(mod.mlp, "BATCH", 4)
+    assert mod.main(["--rounds", "1", "--steps", "2"]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[2:]}
+    assert list(rows) == [*mod.PHASES, "total"]
+    for phase, (ember_ms, numpy_ms, _) in rows.items():
+        assert float(ember_ms) >= 0 and float(numpy_ms) >= 0, phase
+    assert float(rows["backward"][0]) > 0 and float(rows["setup"][1]) < float(rows["total"][1])
+    assert transforms.backward_quiet is before
