@@ -282,10 +282,16 @@ def build(d) -> dict:
     out["_erf"] = fast_generic("_erf", erf_impl)
 
     # nn.gelu(approximate=True): one node instead of eight (three products, two sums, tanh...)
-    from ._rules.elementwise import gelu_tanh_u
+    from ._rules.elementwise import gelu_tanh_t, in_place
 
     def gelu_tanh_impl(x):
-        return (0.5 * x) * (1.0 + R.tanh(gelu_tanh_u(R, x, x * x)))
+        t = gelu_tanh_t(R, x, x * x)
+        if not in_place(R, x):
+            return (0.5 * x) * (1.0 + t)
+        t += 1.0  # ((1 + t) x) / 2, into t: (x / 2)(1 + t) but in the subnormal range
+        t *= x
+        t *= 0.5
+        return t
 
     out["_gelu_tanh"] = fast_generic("_gelu_tanh", gelu_tanh_impl)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autodiff._rules.elementwise import gelu_tanh_u, relu_value
+from ..autodiff._rules.elementwise import gelu_tanh_t, relu_value
 from ._util import erf, namespace
 
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "identity"]
@@ -63,7 +63,7 @@ def gelu(x: Any, approximate: bool = False) -> Any:
         f = getattr(xp, "_gelu_tanh", None)  # ember namespaces: one primitive
         if f is not None:
             return f(x)
-        return 0.5 * x * (1.0 + xp.tanh(gelu_tanh_u(xp, x, x * x)))
+        return 0.5 * x * (1.0 + gelu_tanh_t(xp, x, x * x))
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
 
 
