@@ -288,7 +288,7 @@ def build(d) -> dict:
         t = gelu_tanh_t(R, x, x * x)
         if not in_place(R, x):
             return (0.5 * x) * (1.0 + t)
-        t += 1.0  # ((1 + t) x) / 2, into t: (x / 2)(1 + t) but in the subnormal range
+        t += 1.0  # ((1 + t) x) / 2 into t: equal to (x / 2)(1 + t) outside the subnormal range
         t *= x
         t *= 0.5
         return t
