@@ -387,3 +387,8 @@ def test_mlp_phases_times_every_phase_and_puts_embers_backward_back(monkeypatch,
         assert float(ember_ms) >= 0 and float(numpy_ms) >= 0, phase
     assert float(rows["backward"][0]) > 0 and float(rows["setup"][1]) < float(rows["total"][1])
     assert transforms.backward_quiet is before
+    # its marked copy of numpy-inplace's step trains exactly as mlp.py's does
+    import numpy as np
+
+    marked, plain = mod.numpy_step(np.float64, lambda: None), mod.mlp.setup_numpy_inplace(np.float64)
+    assert [float(marked()) for _ in range(3)] == [float(plain()) for _ in range(3)]
