@@ -440,11 +440,12 @@ def test_reduction_gradients_with_unknown_row_count(name):
         np.testing.assert_allclose(g.raw, want.raw, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("axis,keepdims", [((1, 2), False), ((-1, 1), True), (None, False)])
-def test_prod_over_several_axes_at_unknown_rows(axis, keepdims):
+@pytest.mark.parametrize("axis,keepdims", [((1, 2), False), ((-1, 1), True), (None, False),
+                                           (0, False), ((0, 2), True)])
+def test_prod_at_unknown_rows(axis, keepdims):
     # prod's gradient over several known axes scans them one by one (no reshape into one axis,
-    # which needs the row count); exact at zeros: one zero in a slab, two in another. Over the
-    # unknown axis too (axis=None) it needs the sizes: the clear error
+    # which needs the row count); down the unknown axis its exclusive scans divide each element
+    # out of an inclusive one (no slice). Exact at zeros: one zero in a slab, two in another
     x = np.random.default_rng(3).uniform(0.5, 1.5, (6, 3, 4))
     x[1, 2, 0] = x[3, 0, 1] = x[3, 2, 2] = 0.0
     keep = np.array([0, 1, 1, 1, 0, 1], bool)
@@ -453,15 +454,44 @@ def test_prod_over_several_axes_at_unknown_rows(axis, keepdims):
     def f(ns, v):
         return ns.sum(ns.sin(ns.prod(v, axis=axis, keepdims=keepdims)))
 
-    if axis is None:
-        with pytest.raises(ShapeError, match=r"(?s)backward of prod: .*unknown \(NaN\).*resolve_sizes"):
-            ember.grad(lambda v: f(xd, v))(m)
-        return
     v, g = ember.compute(ember.value_and_grad(lambda v: f(xd, v))(m))
     want_v, want = ember.value_and_grad(lambda v: f(xn, v))(xn.asarray(x[keep]))
     np.testing.assert_allclose(v.raw, want_v.raw, rtol=1e-12)
     np.testing.assert_allclose(g.raw, want.raw, rtol=1e-12, atol=1e-15)
-    assert np.count_nonzero(want.raw[0]) == 1 and not want.raw[2].any()  # (the zeros' cases)
+    if axis == (1, 2):
+        assert np.count_nonzero(want.raw[0]) == 1 and not want.raw[2].any()  # (the zeros' cases)
+    if axis == 0:  # a column with one zero (its gradient: the others' product), one with none
+        assert np.count_nonzero(want.raw[:, 2, 0]) == 1 and np.count_nonzero(want.raw[:, 1, 1]) == 4
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_prod_gradient_down_unknown_rows_matches_numpy(data):
+    # 1-d and 2-d, any chunking, masks that empty blocks or keep nothing, zeros anywhere
+    shape = data.draw(st.sampled_from([(7,), (6, 3)]))
+    x = data.draw(arrays(np.float64, shape, elements=st.sampled_from([0.0, 0.5, -1.25, 2.0, 3.0])))
+    keep = data.draw(arrays(bool, shape[:1]))
+    chunks = data.draw(st.integers(1, shape[0]))
+    m = xd.asarray(da.from_array(x, chunks=chunks)[da.from_array(keep, chunks=chunks)])
+    got = ember.compute(ember.grad(lambda v: xd.sum(xd.prod(v, axis=0) * 1.5))(m)).raw
+    want = ember.grad(lambda v: xn.sum(xn.prod(v, axis=0) * 1.5))(xn.asarray(x[keep])).raw
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_prod_second_order_down_unknown_rows_needs_the_sizes():
+    # the first-order form's own derivative at a zero is not the others' product: a recorded
+    # backward keeps the exclusive scan's slice, so the second order says it needs the sizes
+    # instead of giving 0 where NumPy gives the product of the other two
+    a = np.array([1.5, -2.0, 0.5, 3.0, 0.0, 2.0])
+    m = xd.asarray(da.from_array(a, chunks=3))
+    m = m[m > -1.5]
+    with pytest.raises(ShapeError, match=r"(?s)unknown \(NaN\).*resolve_sizes"):
+        ember.grad(lambda v: xd.sum(xd.sin(ember.grad(lambda u: xd.prod(u))(v))))(m)
+    sized = ed.resolve_sizes(m)
+    got = ember.grad(lambda v: xd.sum(xd.sin(ember.grad(lambda u: xd.prod(u))(v))))(sized)
+    want = ember.grad(lambda v: xn.sum(xn.sin(ember.grad(lambda u: xn.prod(u))(v))))(xn.asarray(a[a > -1.5]))
+    np.testing.assert_allclose(ember.compute(got).raw, want.raw, rtol=1e-12)
+    assert want.raw[3] != 0  # (the zero's entry: what the division form would have lost)
 
 
 @pytest.mark.parametrize("name", ["cumulative_sum", "cumulative_prod"])

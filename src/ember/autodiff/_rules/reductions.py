@@ -3,7 +3,8 @@
 ``max``/``min``: where several elements tie for the extremum, the gradient is
 split equally among them (as JAX and PyTorch's ``amax`` do).
 ``prod``: exact at zeros (products of the *other* elements, from exclusive
-scans), not ``ans / x``.
+scans), not ``ans / x`` (along a size Dask computes later, the exclusive scan
+divides each element out of an inclusive one: still exact at zeros).
 ``cumulative_prod``: exact at zeros too: ``ans / x`` before the first zero
 of each slice, the product of the others at the first zero, 0 after it.
 ``std`` at zero spread and ``var``/``std`` with ``correction`` equal to the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from .._tensor import Tensor
 from ._base import defvjp
 from ._util import broadcast_like, cj, count, expand_reduced, known, norm_axes
 
@@ -57,9 +59,24 @@ def _std(ns, g, ans, x, *, axis=None, correction=0.0, keepdims=False):
 
 
 def _exclusive_cumprod(ns, x, axis):
-    """The product of the elements before each one along ``axis`` (1 for the first)."""
-    c = ns.cumulative_prod(x, axis=axis, include_initial=True)
-    return c[(slice(None),) * axis + (slice(None, -1), ...)]
+    """The product of the elements before each one along ``axis`` (1 for the first).
+
+    Along a size the backend computes later (Dask after a boolean mask) the
+    inclusive scan cannot drop its last element (a slice needs the size), so
+    each element divides itself out of the inclusive products of ``x`` with its
+    zeros set to 1, and elements after a zero get 0: exact at zeros, within
+    rounding of the scan elsewhere. Only on backend arrays (a backward pass
+    nothing records): that form's own derivative at a zero is 0, not the
+    product of the others, so a recorded one (higher orders) keeps the slice.
+    """
+    if x.shape[axis].__class__ is int or isinstance(x, Tensor):
+        c = ns.cumulative_prod(x, axis=axis, include_initial=True)
+        return c[(slice(None),) * axis + (slice(None, -1), ...)]
+    zero = x == 0
+    nonzero = ns.where(zero, ns.ones_like(x), x)
+    zeros = ns.astype(zero, ns.int32)
+    before = ns.cumulative_sum(zeros, axis=axis) - zeros  # zeros strictly before each element
+    return ns.where(before == 0, ns.cumulative_prod(nonzero, axis=axis) / nonzero, ns.zeros_like(x))
 
 
 def _exclusive_prod(ns, y, axis):
