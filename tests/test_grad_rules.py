@@ -239,6 +239,27 @@ for _relu in (False, True):
 
 
 @st.composite
+def _layer_norm_args(draw, affine=True):
+    """(x, w, b) for ``_layer_norm`` over x's last one or two axes (sizes >= 1), any leading
+    shape (0-d lead, size 0)."""
+    norm = draw(shapes(min_dims=1, max_dims=2, min_side=1))
+    x = draw(arrays(draw(shapes(max_dims=2)) + norm))
+    if not affine:
+        return x, None, None
+    return x, draw(arrays(norm, 0.5, 2.0)), draw(arrays(norm))
+
+
+def _layer_norm_of(xp, x, w, b):
+    k = 1 if w is None else w.ndim
+    return xp._layer_norm(x, w, b, axes=tuple(range(x.ndim - k, x.ndim)), eps=1e-5)
+
+
+for _affine in (True, False):
+    case(f"_layer_norm (nn.LayerNorm){'' if _affine else ' no affine'}", _layer_norm_args(_affine),
+         _layer_norm_of)
+
+
+@st.composite
 def _remainder(draw):
     shape = draw(shapes())
     x2 = draw(arrays(shape, 0.5, 2.0)) * draw(hnp.arrays(np.float64, shape, elements=st.sampled_from([-1.0, 1.0])))

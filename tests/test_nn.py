@@ -443,6 +443,46 @@ def test_gelu_tanh_is_one_node_equal_to_its_composition():
     assert [n.rule.name for n in tr.nodes if n.rule is not None] == ["_gelu_tanh"]
 
 
+@pytest.mark.parametrize("shape,norm", [((3, 4, 5), (5,)), ((2, 3, 4), (3, 4)), ((0, 6), (6,))])
+def test_layer_norm_is_one_node_equal_to_its_composition(shape, norm):
+    """On an ember namespace LayerNorm is one primitive: the composition's very values (raw
+    NumPy composes), its first derivatives, second derivatives through the VJP's own ops."""
+    from ember.autodiff._trace import Trace
+    from ember.func._transforms import _trace_args
+
+    rng = np.random.default_rng(7)
+    x, w, b = rng.standard_normal(shape), rng.uniform(0.5, 2, norm), rng.standard_normal(norm)
+    m = nn.LayerNorm(xp.asarray(w), xp.asarray(b), norm)
+    raw = nn.LayerNorm(w, b, norm)
+    np.testing.assert_array_equal(m(xp.asarray(x)).raw, raw(x))
+    axes = tuple(range(len(shape) - len(norm), len(shape)))
+
+    def composed(x, w, b):  # the layer written out in the namespace's ops: nine nodes
+        d = x - xp.mean(x, axis=axes, keepdims=True)
+        return d / xp.sqrt(xp.mean(d * d, axis=axes, keepdims=True) + 1e-5) * w + b
+
+    t = xp.asarray(rng.standard_normal(shape))
+
+    def loss(f):
+        return lambda x, w, b: xp.sum(xp.sin(f(x, w, b) * t))
+
+    def fused(x, w, b):
+        return nn.LayerNorm(w, b, norm)(x)
+
+    args = (xp.asarray(x), xp.asarray(w), xp.asarray(b))
+    for got, want in zip(ember.grad(loss(fused), argnums=(0, 1, 2))(*args),
+                         ember.grad(loss(composed), argnums=(0, 1, 2))(*args)):
+        np.testing.assert_allclose(got.raw, want.raw, rtol=1e-10, atol=1e-12)
+    gx = ember.grad(loss(fused))
+    h = ember.grad(lambda v: xp.sum(gx(v, args[1], args[2]) * t))(args[0]).raw
+    want_h = ember.grad(lambda v: xp.sum(ember.grad(loss(composed))(v, args[1], args[2]) * t))(args[0]).raw
+    np.testing.assert_allclose(h, want_h, rtol=1e-9, atol=1e-11)
+    with Trace() as tr:
+        (v,), _, _ = _trace_args((args[0],), (0,), tr)
+        m(v)
+    assert [n.rule.name for n in tr.nodes if n.rule is not None] == ["_layer_norm"]
+
+
 def test_erf_accuracy():
     x = np.linspace(-8, 8, 4001)
     ref = np.array([math.erf(v) for v in x])

@@ -303,6 +303,37 @@ def build(d) -> dict:
 
     out["_max_pool_tiles"] = fast_generic("_max_pool_tiles", max_pool_tiles_impl)  # (x, kernel=k)
 
+    # nn.LayerNorm: normalize over the last axes, scale and shift as one node (w, b may be None)
+    from ._rules.normalization import layer_norm
+
+    def layer_norm_impl(x, w, b, *, axes, eps):
+        return layer_norm(R, x, w, b, axes, eps)[0]
+
+    ln_generic = fast_generic("_layer_norm", layer_norm_impl)
+
+    def layer_norm_fn(x, w, b, /, *, axes, eps):
+        """Recorded (one level, no checkpointing), the node keeps the normalized input and
+        the square roots the forward computes anyway (``parts``), so the VJP does not
+        recompute them (four passes over ``x``)."""
+        n = next((a._node for a in (x, w, b) if a.__class__ is T and a._node is not None), None)
+        if n is not None and n.trace.saver is None and not d._claims:
+            kept = []
+
+            def impl(x, w, b, axes, eps):
+                y, parts = layer_norm(R, x, w, b, axes, eps)
+                kept.append(parts)
+                return y
+
+            params = {"axes": axes, "eps": eps}
+            res = record("_layer_norm", impl, (x, w, b), params)
+            if res is not _GENERAL:
+                if kept and res._node is not None:
+                    res._node.params = {**params, "parts": kept[0]}
+                return res
+        return ln_generic(x, w, b, axes=axes, eps=eps)
+
+    out["_layer_norm"] = layer_norm_fn
+
     # nn.linear: act(x @ w^T + b) as one node (b may be None); NumPy's kernel adds the bias and
     # the ReLU in place (_direct.py)
     from ._rules.linear import check_linear

@@ -1,0 +1,55 @@
+"""``_layer_norm``: ``nn.LayerNorm`` as one memory-bound node.
+
+The forward is the composition ``(x - mean) / sqrt(var + eps) * w + b`` over
+the normalized (last) axes, the same operations in the same order, so the
+same values. With the normalized input ``y = (x - mean) / s``,
+``s = sqrt(var + eps)`` (kept by a one-level forward, else recomputed),
+``gy = g * w`` and means over the normalized axes, the VJP is::
+
+    gx = (gy - mean(gy) - y * mean(gy * y)) / s
+    gw = sum of g * y over the other axes,   gb = sum of g over them
+
+fewer passes than the composed ops' VJPs (nine nodes). Written with the
+namespace it is given, so higher orders differentiate it.
+"""
+
+from __future__ import annotations
+
+from ._base import defvjp_all
+from ._util import fit
+
+
+def layer_norm_parts(ns, x, axes, eps):
+    """``(x - mean, its variance + eps)`` over ``axes``, as the composition computes them."""
+    d = x - ns.mean(x, axis=axes, keepdims=True)
+    return d, ns.mean(d * d, axis=axes, keepdims=True) + eps
+
+
+def layer_norm(ns, x, w, b, axes, eps):
+    """The forward, and the parts its VJP reads: ``(y, (x_hat, s))`` with ``x_hat`` the
+    normalized input and ``s = sqrt(var + eps)``; ``w`` and ``b`` may be None."""
+    d, v = layer_norm_parts(ns, x, axes, eps)
+    s = ns.sqrt(v)
+    x_hat = d / s
+    y = x_hat if w is None else x_hat * w
+    return (y if b is None else y + b), (x_hat, s)
+
+
+def _layer_norm_vjp(ns, g, ans, args, params, parents):
+    x, w, b = args
+    axes = params["axes"]
+    parts = params.get("parts")  # kept by a one-level forward (_wrappers), else recomputed
+    y, s = parts if parts is not None else layer_norm(ns, x, None, None, axes, params["eps"])[1]
+    gx = gw = gb = None
+    if parents[1] is not None:
+        gw = fit(ns, g * y, w)
+    if parents[2] is not None:
+        gb = fit(ns, g, b)
+    if parents[0] is not None:
+        gy = g if w is None else g * w
+        gx = fit(ns, (gy - ns.mean(gy, axis=axes, keepdims=True)
+                      - y * ns.mean(gy * y, axis=axes, keepdims=True)) / s, x)
+    return gx, gw, gb
+
+
+defvjp_all("_layer_norm", _layer_norm_vjp)
