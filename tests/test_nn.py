@@ -456,6 +456,8 @@ def test_layer_norm_is_one_node_equal_to_its_composition(shape, norm):
     raw = nn.LayerNorm(w, b, norm)
     np.testing.assert_array_equal(m(xp.asarray(x)).raw, raw(x))
     axes = tuple(range(len(shape) - len(norm), len(shape)))
+    d = x - x.mean(axis=axes, keepdims=True)  # the formula, written out in NumPy
+    np.testing.assert_array_equal(raw(x), d / np.sqrt((d * d).mean(axis=axes, keepdims=True) + 1e-5) * w + b)
 
     def composed(x, w, b):  # the layer written out in the namespace's ops: nine nodes
         d = x - xp.mean(x, axis=axes, keepdims=True)
