@@ -246,27 +246,41 @@ def build(d) -> dict:
     record = d.record_one_level
     from ._namespace import _GENERAL
 
+    def record_keeping(name, compute, args, params, deciding):
+        """Record ``name`` on one level with a node that also keeps, in its params, what the
+        forward computes for the VJP anyway: ``compute(*raw args, **params)`` gives
+        ``(result, {param: value})``. None where the general path must run the op: no
+        argument of ``deciding`` tracked, checkpointing (it may recompute, and then keeps
+        nothing), ``consume`` markers, or a call ``record_one_level`` does not take."""
+        n = next((a._node for a in deciding if a.__class__ is T and a._node is not None), None)
+        if n is None or n.trace.saver is not None or d._claims:
+            return None
+        kept = []
+
+        def impl(*raw, **p):
+            res, extra = compute(*raw, **p)
+            kept.append(extra)
+            return res
+
+        res = record(name, impl, args, params)
+        if res is _GENERAL:
+            return None
+        if kept and res._node is not None:
+            res._node.params = {**params, **kept[0]}
+        return res
+
+    def sce_and_dz(z, t, axis, reduction):
+        loss, key, dz = softmax_cross_entropy_and_dz(z, t, axis, reduction)
+        return loss, {key: dz}
+
     def softmax_cross_entropy(z, t, /, *, axis, reduction="none"):
-        """Recorded with traced logits (one level, no checkpointing), the node keeps the
-        gradient the forward computes anyway, in its params (``dz_unit`` for the sum or mean,
-        ``dz`` per row): the VJP is then one product instead of recomputing the softmax (four
-        reductions along short rows)."""
-        n = z._node if z.__class__ is T else None
-        if n is not None and n.trace.saver is None and not d._claims:
-            kept = []
-
-            def impl(z, t, axis, reduction):
-                loss, key, dz = softmax_cross_entropy_and_dz(z, t, axis, reduction)
-                kept.append((key, dz))
-                return loss
-
-            params = {"axis": axis, "reduction": reduction}
-            res = record("_softmax_cross_entropy", impl, (z, t), params)
-            if res is not _GENERAL:
-                if kept and res._node is not None:
-                    res._node.params = {**params, kept[0][0]: kept[0][1]}
-                return res
-        return sce_generic(z, t, axis=axis, reduction=reduction)
+        """Recorded with traced logits, the node keeps the gradient the forward computes
+        anyway (``dz_unit`` for the sum or mean, ``dz`` per row, see record_keeping): the
+        VJP is then one product instead of recomputing the softmax (four reductions along
+        short rows)."""
+        res = record_keeping("_softmax_cross_entropy", sce_and_dz, (z, t),
+                             {"axis": axis, "reduction": reduction}, (z,))
+        return sce_generic(z, t, axis=axis, reduction=reduction) if res is None else res
 
     out["_softmax_cross_entropy"] = softmax_cross_entropy
 
@@ -311,26 +325,17 @@ def build(d) -> dict:
 
     ln_generic = fast_generic("_layer_norm", layer_norm_impl)
 
+    def layer_norm_and_parts(x, w, b, axes, eps):
+        y, parts = layer_norm(R, x, w, b, axes, eps)
+        return y, {"parts": parts}
+
     def layer_norm_fn(x, w, b, /, *, axes, eps):
-        """Recorded (one level, no checkpointing), the node keeps the normalized input and
-        the square roots the forward computes anyway (``parts``), so the VJP does not
-        recompute them (four passes over ``x``)."""
-        n = next((a._node for a in (x, w, b) if a.__class__ is T and a._node is not None), None)
-        if n is not None and n.trace.saver is None and not d._claims:
-            kept = []
-
-            def impl(x, w, b, axes, eps):
-                y, parts = layer_norm(R, x, w, b, axes, eps)
-                kept.append(parts)
-                return y
-
-            params = {"axes": axes, "eps": eps}
-            res = record("_layer_norm", impl, (x, w, b), params)
-            if res is not _GENERAL:
-                if kept and res._node is not None:
-                    res._node.params = {**params, "parts": kept[0]}
-                return res
-        return ln_generic(x, w, b, axes=axes, eps=eps)
+        """Recorded, the node keeps the normalized input and the square roots the forward
+        computes anyway (``parts``, see record_keeping), so the VJP does not recompute them
+        (four passes over ``x``)."""
+        res = record_keeping("_layer_norm", layer_norm_and_parts, (x, w, b), {"axes": axes, "eps": eps},
+                             (x, w, b))
+        return ln_generic(x, w, b, axes=axes, eps=eps) if res is None else res
 
     out["_layer_norm"] = layer_norm_fn
 
