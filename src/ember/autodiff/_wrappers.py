@@ -672,8 +672,9 @@ def backend_fixes(xp) -> dict:
 
         fixes["expand_dims"] = expand_dims
         fixes["max"], fixes["min"] = (_dask_extremum(xp, n) for n in ("max", "min"))
-        fixes["cumulative_sum"] = _dask_scan(xp.cumulative_sum, xp.zeros_like)
-        fixes["cumulative_prod"] = _dask_scan(xp.cumulative_prod, xp.ones_like)
+        fixes["cumulative_sum"] = _dask_scan(xp.cumulative_sum, 0)
+        fixes["cumulative_prod"] = _dask_scan(xp.cumulative_prod, 1)
+        fixes["_drop_first"] = _dask_drop_first
         fixes["flip"] = _dask_flip(xp.flip)
     return fixes
 
@@ -768,12 +769,14 @@ def _dask_flip(raw):
     return flip
 
 
-def _dask_scan(raw, initial_like):
+def _dask_scan(raw, identity):
     """Dask's ``cumsum``/``cumprod`` (under array-api-compat's names) that also compute at
     unknown (NaN) sizes. There Dask's default sequential scan builds blocks of NaN shape and
     fails at compute time, so the Blelloch scan runs; and ``include_initial`` prepends the
-    identity (``initial_like``: zeros or ones) cut from ``x`` itself, since the compat layer's
-    ``ones(shape)`` and concatenation need the sizes. Known sizes: the default, unchanged."""
+    ``identity`` (0 or 1) as a block of its own, one element along the axis, made from x's
+    first blocks there (the compat layer's ``ones(shape)`` and concatenation need the sizes,
+    and slicing x's first element out fails when a mask emptied its first block). Known
+    sizes: the default, unchanged."""
     import dask.array as da
 
     from ._namespace import _unknown
@@ -782,17 +785,36 @@ def _dask_scan(raw, initial_like):
         ax = 0 if axis is None and x.ndim == 1 else axis
         if not _unknown(x.shape) or not isinstance(ax, int) or not -x.ndim <= ax < x.ndim:
             return raw(x, axis=axis, dtype=dtype, include_initial=include_initial)  # (its errors)
-        n = x.shape[ax]
-        if include_initial and (n != n or n < 1):  # an unknown or empty scanned axis
-            return raw(x, axis=axis, dtype=dtype, include_initial=True)  # (the sizes error)
         res = raw(x, axis=ax, dtype=dtype, method="blelloch")  # (passed on to dask)
         if not include_initial:
             return res
         ax %= x.ndim
-        first = initial_like(x[(slice(None),) * ax + (slice(0, 1), ...)], dtype=res.dtype)
+        head = x.blocks[(slice(None),) * ax + (slice(0, 1),)]
+        chunks = tuple((1,) if i == ax else c for i, c in enumerate(x.chunks))
+        first = head.map_blocks(_identity_block, ax, identity, res.dtype, dtype=res.dtype, chunks=chunks)
         return da.concatenate([first, res], axis=ax, allow_unknown_chunksizes=True)
 
     return scan
+
+
+def _identity_block(b, axis, value, dtype):
+    """A block of ``value``: ``b``'s shape with one element along ``axis`` (b may be empty)."""
+    import array_api_compat
+
+    shape = b.shape[:axis] + (1,) + b.shape[axis + 1:]
+    return array_api_compat.array_namespace(b).full(shape, value, dtype=dtype)
+
+
+def _dask_drop_first(x, axis):
+    """``x`` without its first element along ``axis`` (>= 0), at an unknown size too.
+
+    A scan's cotangent with ``include_initial`` comes with the identity's block
+    of one element first (see :func:`_dask_scan`): dropping that block needs no
+    sizes. Any other chunking: the slice, which needs them and says so.
+    """
+    if x.chunks[axis][:1] == (1,):
+        return x.blocks[(slice(None),) * axis + (slice(1, None),)]
+    return x[(slice(None),) * axis + (slice(1, None), ...)]
 
 
 def _dask_extremum(xp, name):

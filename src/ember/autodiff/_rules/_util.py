@@ -146,6 +146,16 @@ def expand_reduced(ns, g, x, axis, keepdims):
     return g
 
 
+def drop_first(ns, x, axis):
+    """``x`` without its first element along ``axis`` (>= 0): a slice, or where the backend
+    knows no size there (Dask after a boolean mask) the raw namespace's ``_drop_first``."""
+    if x.shape[axis].__class__ is not int:
+        drop = getattr(ns, "_drop_first", None)
+        if drop is not None:
+            return drop(x, axis)
+    return x[(slice(None),) * axis + (slice(1, None), ...)]
+
+
 def known(shape) -> bool:
     """Whether every size in ``shape`` is known (Dask reports one it computes later as NaN)."""
     return all(n.__class__ is int for n in shape)

@@ -18,7 +18,7 @@ import math
 
 from .._tensor import Tensor
 from ._base import defvjp
-from ._util import broadcast_like, cj, count, expand_reduced, known, norm_axes
+from ._util import broadcast_like, cj, count, drop_first, expand_reduced, known, norm_axes
 
 
 def _sum(ns, g, ans, x, *, axis=None, dtype=None, keepdims=False):
@@ -132,7 +132,7 @@ def _scan_axis(x, axis):
 def _cumsum(ns, g, ans, x, *, axis=None, dtype=None, include_initial=False):
     ax = _scan_axis(x, axis)
     if include_initial:
-        g = g[(slice(None),) * ax + (slice(1, None), ...)]
+        g = drop_first(ns, g, ax)
     res = _rev_cumsum(ns, g, ax)
     return ns.astype(res, x.dtype) if res.dtype != x.dtype else res
 
@@ -140,8 +140,7 @@ def _cumsum(ns, g, ans, x, *, axis=None, dtype=None, include_initial=False):
 def _cumprod(ns, g, ans, x, *, axis=None, dtype=None, include_initial=False):
     ax = _scan_axis(x, axis)
     if include_initial:
-        sl = (slice(None),) * ax + (slice(1, None), ...)
-        g, ans = g[sl], ans[sl]
+        g, ans = drop_first(ns, g, ax), drop_first(ns, ans, ax)
     is_zero = x == 0
     zeros_so_far = ns.cumulative_sum(ns.astype(is_zero, ns.int32), axis=ax)
     before = zeros_so_far == 0  # strictly before the slice's first zero
