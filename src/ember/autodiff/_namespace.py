@@ -543,14 +543,23 @@ class _Dispatcher:
         def f(x, /):
             if x.__class__ is T:
                 n = x._node
-                if n is None:
-                    r = x._value
-                else:  # tracked: one level above a backend array on an active trace, or call
-                    low = x._value
-                    top = n.trace
-                    if low._node is not None or not top.active:
-                        return call(name, raw, (x,), {})
-                    r = low._value
+                if n is None:  # untracked: the backend call and one Tensor (no more bytecodes)
+                    try:
+                        v = plain(x._value)
+                        if fixed and (dt := v.dtype) is not f64 and dt is not f32 and dt in fixed:
+                            v = correct(x._value, v)
+                    except Exception as e:
+                        raise op_error(name, e, (x._value,)) from e
+                    ans = T()
+                    ans._value = v if v.__class__ is A else coerce(v)
+                    ans._node = None
+                    return ans
+                # tracked: one level above a backend array on an active trace, or call
+                low = x._value
+                top = n.trace
+                if low._node is not None or not top.active:
+                    return call(name, raw, (x,), {})
+                r = low._value
                 try:
                     v = plain(r)
                     if fixed and (dt := v.dtype) is not f64 and dt is not f32 and dt in fixed:
@@ -560,8 +569,6 @@ class _Dispatcher:
                 ans = T()
                 ans._value = v if v.__class__ is A else coerce(v)
                 ans._node = None
-                if n is None:
-                    return ans
                 rule = rule_of(name)
                 if rule is None:
                     return ans
