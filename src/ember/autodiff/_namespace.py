@@ -543,7 +543,8 @@ class _Dispatcher:
         def f(x, /):
             if x.__class__ is T:
                 n = x._node
-                if n is None:  # untracked: the backend call and one Tensor (no more bytecodes)
+                if n is None:  # untracked: the backend call and one Tensor, in a branch of its
+                    # own (the fewest bytecodes: the tracked branch repeats these lines)
                     try:
                         v = plain(x._value)
                         if fixed and (dt := v.dtype) is not f64 and dt is not f32 and dt in fixed:
