@@ -774,9 +774,11 @@ def _dask_scan(raw, identity):
     unknown (NaN) sizes. There Dask's default sequential scan builds blocks of NaN shape and
     fails at compute time, so the Blelloch scan runs; and ``include_initial`` prepends the
     ``identity`` (0 or 1) as a block of its own, one element along the axis, made from x's
-    first blocks there (the compat layer's ``ones(shape)`` and concatenation need the sizes,
-    and slicing x's first element out fails when a mask emptied its first block). Known
-    sizes: the default, unchanged."""
+    first blocks there: the compat layer's ``ones(shape)`` and concatenation need the sizes,
+    and down the unknown axis its own ``include_initial`` runs the sequential scan, which
+    fails at compute time where a mask emptied the first block. The cotangent then starts
+    with that one-element block, which the gradient drops by blocks (``_dask_drop_first``).
+    Known sizes: the default, unchanged."""
     import dask.array as da
 
     from ._namespace import _unknown
