@@ -19,17 +19,11 @@ from ._base import defvjp_all
 from ._util import fit
 
 
-def layer_norm_parts(ns, x, axes, eps):
-    """``(x - mean, its variance + eps)`` over ``axes``, as the composition computes them."""
-    d = x - ns.mean(x, axis=axes, keepdims=True)
-    return d, ns.mean(d * d, axis=axes, keepdims=True) + eps
-
-
 def layer_norm(ns, x, w, b, axes, eps):
     """The forward, and the parts its VJP reads: ``(y, (x_hat, s))`` with ``x_hat`` the
     normalized input and ``s = sqrt(var + eps)``; ``w`` and ``b`` may be None."""
-    d, v = layer_norm_parts(ns, x, axes, eps)
-    s = ns.sqrt(v)
+    d = x - ns.mean(x, axis=axes, keepdims=True)
+    s = ns.sqrt(ns.mean(d * d, axis=axes, keepdims=True) + eps)
     x_hat = d / s
     y = x_hat if w is None else x_hat * w
     return (y if b is None else y + b), (x_hat, s)
