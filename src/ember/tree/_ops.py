@@ -104,7 +104,7 @@ class _Node:
     compared by ``==`` but ignored by map's structure check.
     """
 
-    __slots__ = ("kind", "aux", "consts", "children", "hash")
+    __slots__ = ("kind", "aux", "consts", "children", "hash", "treedef")
 
     def __init__(self, kind: _NodeType, aux: Any, consts: tuple[Any, ...], children: tuple[Any, ...]):
         self.kind = kind
@@ -112,6 +112,7 @@ class _Node:
         self.consts = consts
         self.children = children
         self.hash: int | None = None  # set on shared nodes only (see _shared)
+        self.treedef: TreeDef | None = None  # a shared root's one TreeDef (see flatten)
 
 
 _EMPTY: tuple[Any, ...] = ()
@@ -143,7 +144,9 @@ def _children(xs: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) ->
                 continue
             nodes = [_LEAF] * i
         nodes.append(n)
-    return _leaves(len(xs)) if nodes is None else tuple(nodes)
+    if nodes is None:  # all leaves: the shared tuple (_leaves's table read inline)
+        return _LEAVES.get(len(xs)) or _leaves(len(xs))
+    return tuple(nodes)
 
 
 _LEAVES: dict[int, tuple[Any, ...]] = {}
@@ -151,18 +154,14 @@ _LEAVES: dict[int, tuple[Any, ...]] = {}
 
 def _leaves(n: int) -> tuple[Any, ...]:
     """The children of a container of ``n`` leaves: one shared tuple per ``n``, so that
-    ``_build`` knows such a container by identity and rebuilds it in one C-level call."""
+    ``_build`` knows such a container by identity (``children is _LEAVES.get(n)``) and
+    rebuilds it in one C-level call."""
     t = _LEAVES.get(n)
     if t is None:
         t = (_LEAF,) * n
         if n <= 4096:
             _LEAVES[n] = t
     return t
-
-
-def _all_leaves(children: tuple[Any, ...]) -> bool:
-    """Whether ``children`` is the shared tuple :func:`_children` gives a container of leaves."""
-    return children is _LEAVES.get(len(children))
 
 
 def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
@@ -185,7 +184,7 @@ def _flat(x: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) -> Any:
         keys = _dict_order(x)
         if code == DICTLIKE and hasattr(x, "default_factory"):
             return _Node(kind, keys, (x.default_factory,), _children([x[k] for k in keys], out, is_leaf))
-        return _shared(kind, keys, _children([x[k] for k in keys], out, is_leaf))
+        return _shared(kind, keys, _children(list(builtins.map(x.__getitem__, keys)), out, is_leaf))
     if code == NAMEDTUPLE:
         return _Node(kind, None, _EMPTY, tuple([_flat(c, out, is_leaf) for c in x]))
     if code == DATACLASS:
@@ -212,7 +211,7 @@ def _shared(kind: _NodeType, aux: Any, children: tuple[Any, ...]) -> _Node:
     nodes are shared (constants compare by value); dict keys count with their types
     (``{1: a}`` and ``{True: a}`` rebuild differently). A bounded table.
     """
-    if not _all_leaves(children):
+    if children is not _LEAVES.get(len(children)):  # (not all leaves: _all_leaves, inline)
         for c in children:
             if c is not _LEAF and (c.__class__ is not _Node or c.hash is None):
                 return _Node(kind, aux, _EMPTY, children)
@@ -237,14 +236,14 @@ def _build(d: Any, it: Iterator[Any]) -> Any:
     code = kind.code
     if code == LIST or code == TUPLE:
         ch = d.children
-        if _all_leaves(ch):
+        if ch is _LEAVES.get(len(ch)):  # (_all_leaves, inline: every step rebuilds params)
             items = list(islice(it, len(ch)))
         else:
             items = [next(it) if c is _LEAF else _build(c, it) for c in ch]
         return items if code == LIST else tuple(items)
     if code == DICT:
         ch = d.children
-        if _all_leaves(ch):  # (zip stops at the keys: takes len(keys) leaves)
+        if ch is _LEAVES.get(len(ch)):  # (zip stops at the keys: takes len(keys) leaves)
             return dict(zip(d.aux, it))
         return {k: next(it) if c is _LEAF else _build(c, it) for k, c in zip(d.aux, ch)}
     if code == DICTLIKE:
@@ -524,7 +523,8 @@ class TreeDef:
         return self._num_leaves
 
     def unflatten(self, leaves: Iterable[Any]) -> Any:
-        """Build the structure back with ``leaves`` in flatten order."""
+        """Build the structure back with ``leaves`` in flatten order (replaced by the module's
+        :func:`unflatten` itself below: the same call without a frame of its own)."""
         return unflatten(self, leaves)
 
     def paths(self) -> list[Path]:
@@ -572,6 +572,13 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[li
     """
     out: list[Any] = []
     root = _flat(tree, out, is_leaf)
+    if root.__class__ is _Node and root.hash is not None:  # a shared node: its one TreeDef,
+        # whose hash and paths are computed once and which caches find by identity (a
+        # training loop flattens its parameters every step)
+        td = root.treedef
+        if td is None:
+            td = root.treedef = TreeDef(root, len(out))
+        return out, td
     return out, TreeDef(root, len(out))
 
 
@@ -600,7 +607,14 @@ def unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:
                 expected=treedef._num_leaves, got=len(leaves), treedef=_short(treedef, 200)
             )
         )
-    return _build(treedef._root, iter(leaves))
+    root = treedef._root
+    if root.__class__ is _Node and root.kind.code == DICT and root.children is _LEAVES.get(len(leaves)):
+        return dict(zip(root.aux, leaves))  # a dict of leaves (parameters, every step): _build's case
+    return _build(root, iter(leaves))
+
+
+# ``td.unflatten(leaves)`` is this function itself (a method calling it cost a frame a step)
+TreeDef.unflatten = unflatten  # type: ignore[method-assign]
 
 
 def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:
