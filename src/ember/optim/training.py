@@ -57,6 +57,7 @@ def train_step(
     update_op = f"{type(optimizer).__name__}.update"
     # PathOptimizers take the gradients straight from the tape (unless a subclass changed update)
     fused = isinstance(optimizer, PathOptimizer) and type(optimizer).update is PathOptimizer.update
+    per_class: dict = {}  # Tensor class -> (its dispatcher, Writer, whether it writes in place)
 
     def step(params: Any, state: State, *args: Any, **kwargs: Any) -> tuple[Any, Any, State]:
         value, aux, per_arg, _ = forward_backward(
@@ -82,9 +83,12 @@ def train_step(
             if g.__class__ is r.__class__ and g.dtype == r.dtype and g.shape == r.shape and not t.raw_input:
                 if t.inner.__class__ is not T:  # (one namespace, the usual case: looked up once)
                     T = t.inner.__class__
-                    d = T._ns._dispatch
-                    w = writer(d)
-                    fast = clip is None and _backend_writes(d)
+                    known = per_class.get(T)
+                    if known is None:
+                        d = T._ns._dispatch
+                        known = per_class[T] = (d, writer(d), _backend_writes(d))
+                    d, w, fast = known
+                    fast = fast and clip is None
                 # reuse_reason's usual outcome read inline (a fresh, writeable buffer that only
                 # this frame holds, nothing borrowed: an array of its own, or a view spanning a
                 # base only it holds, the transposed product of a column-major weight's
