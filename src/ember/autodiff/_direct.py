@@ -139,8 +139,9 @@ def _linear(lib):
     floating = {lib.dtype(t) for t in (lib.float16, lib.float32, lib.float64)}
 
     def linear(x, w, b, *, relu=False):
-        check_linear(x, w, b, relu, complex_dtypes)
-        shape = x.shape
+        ws, shape = w.shape, x.shape  # (check_linear's test inline: it raises the error)
+        if len(ws) != 2 or not shape or shape[-1] != ws[1] or (b is not None and b.shape != (ws[0],)):
+            check_linear(x, w, b)
         if len(shape) > 2:  # one product over all rows: a stacked matmul runs a GEMM per matrix
             y = linear(x.reshape(prod(shape[:-1]), shape[-1]), w, b, relu=relu)
             return y.reshape(shape[:-1] + y.shape[-1:])
@@ -151,7 +152,13 @@ def _linear(lib):
             else:  # promotes
                 y = y + b
         if relu:
-            maximum(y, 0.0 if y.dtype in floating else y.dtype.type(0), out=y)
+            dt = y.dtype  # complex if any input is (a fresh buffer: nothing written yet but y)
+            if dt in floating:
+                maximum(y, 0.0, out=y)
+            else:
+                if dt in complex_dtypes:
+                    check_linear(x, w, b, relu, complex_dtypes)  # raises the DTypeError
+                maximum(y, dt.type(0), out=y)
         return y
 
     return linear

@@ -69,7 +69,11 @@ def linear(x: Any, weight: Any, bias: Any = None, *, activation: Callable[[Any],
     >>> linear(xp.ones((2, 3)), xp.ones((4, 3)), xp.zeros(4), activation=relu).shape
     (2, 4)
     """
-    xp = namespace(x, weight, bias)
+    c = weight.__class__  # Tensors of one ember namespace, the usual case: their class knows it
+    xp = getattr(c, "_ns", None)  # (namespace()'s first check, without its call)
+    if (xp is None or c is not getattr(xp, "_Tensor", None) or x.__class__ is not c
+            or (bias is not None and bias.__class__ is not c)):
+        xp = namespace(x, weight, bias)
     fused = getattr(xp, "_linear", None)
     if fused is not None and (activation is None or activation is relu):
         return fused(x, weight, bias, relu=activation is relu)

@@ -140,12 +140,6 @@ def _check_linear_slow(x, w, b) -> None:
         raise ShapeError(LINEAR_SHAPES.format(x=xs, w=ws, b=bs))
 
 
-def _column_major(a) -> bool:
-    """Whether 2-D ``a`` is Fortran-ordered but not C-ordered (backends with ``flags``)."""
-    flags = getattr(a, "flags", None)
-    return flags is not None and flags.f_contiguous and not flags.c_contiguous
-
-
 def _linear_vjp(ns, g, ans, args, params, parents):
     """``y = act(x @ w^T + b)``, ``w`` of shape ``(out, in)``, ``b`` of shape ``(out,)`` or None:
     ``gx = g' @ w``, ``gw = g'^T @ x``, ``gb = sum(g')`` (leading axes of x flattened), where
@@ -190,7 +184,9 @@ def _linear_vjp(ns, g, ans, args, params, parents):
                 rows = math.prod(x.shape[:-1])
                 g2 = ns.reshape(g, (rows, g.shape[-1]))
                 xc = ns.reshape(xc, (rows, x.shape[-1]))
-            if _column_major(w):  # the gradient in the weight's layout (see the docstring)
+            flags = getattr(w, "flags", None)  # (backends with flags: NumPy, CuPy)
+            if flags is not None and flags.f_contiguous and not flags.c_contiguous:
+                # w column-major: the gradient in the weight's layout (see the docstring)
                 gw = ns.matrix_transpose(ns.matmul(ns.matrix_transpose(xc), g2))
             else:
                 gw = ns.matmul(ns.matrix_transpose(g2), xc)
