@@ -8,9 +8,10 @@ loss, the backward pass and the update (everything after it). The marks cost
 about 0.1 us each, the same in both. A diagnostic, not in ``run all``.
 
 How: the ember loss is ``mlp.py``'s with marks between its layers; the end
-of the backward pass is marked by wrapping ``ember.func._transforms.backward_quiet``
-while the script runs (ember's private name for it: the script stops with a
-message if it moves).
+of the backward pass is marked by wrapping the backward functions
+``ember.func._transforms`` calls (``_backward_raw``, ``backward_quiet``) while
+the script runs (ember's private names: the script stops with a message if
+they move).
 
 Run: ``python benchmarks/mlp_phases.py [--dtype float64] [--rounds 30]``.
 """
@@ -33,25 +34,35 @@ from overhead import import_ember
 PHASES = ("setup", "linear1", "linear2", "linear3", "loss", "backward", "update")
 
 
+#: ember's private names for its backward pass, as the transforms module calls them (the
+#: first-order raw loop directly, anything else through backward_quiet)
+_BACKWARDS = ("_backward_raw", "backward_quiet")
+
+
 @contextlib.contextmanager
 def backward_marked(mark: Callable[[], None]) -> Iterator[None]:
     """Within the block, a mark after each backward pass of ember's transforms."""
     import ember.func._transforms as transforms
 
-    backward = getattr(transforms, "backward_quiet", None)
-    if backward is None:
-        raise SystemExit("mlp_phases: ember.func._transforms.backward_quiet is gone; update this script")
+    saved = {name: getattr(transforms, name, None) for name in _BACKWARDS}
+    if None in saved.values():
+        raise SystemExit(f"mlp_phases: ember.func._transforms lost one of {_BACKWARDS}; update this script")
 
-    def bracketed(*args: Any, **kwargs: Any) -> Any:
-        out = backward(*args, **kwargs)
-        mark()
-        return out
+    def bracketed(backward: Callable[..., Any]) -> Callable[..., Any]:
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            out = backward(*args, **kwargs)
+            mark()
+            return out
 
-    transforms.backward_quiet = bracketed
+        return marked
+
+    for name, backward in saved.items():
+        setattr(transforms, name, bracketed(backward))
     try:
         yield
     finally:
-        transforms.backward_quiet = backward
+        for name, backward in saved.items():
+            setattr(transforms, name, backward)
 
 
 def ember_step(dtype: Any, mark: Callable[[], None]) -> Callable[[], Any]:

@@ -372,11 +372,11 @@ def test_checkpointing_rss_child_measures_itself_after_a_big_parent():
 
 
 def test_mlp_phases_times_every_phase_and_puts_embers_backward_back(monkeypatch, capsys):
-    """mlp_phases.py on a tiny MLP: a row per phase for both steps, ember's backward_quiet
-    restored afterwards (the script wraps it to mark the backward pass's end)."""
+    """mlp_phases.py on a tiny MLP: a row per phase for both steps, ember's backward functions
+    restored afterwards (the script wraps them to mark the backward pass's end)."""
     import ember.func._transforms as transforms
 
-    before = transforms.backward_quiet
+    before = (transforms.backward_quiet, transforms._backward_raw)
     mod = _load_script("mlp_phases", monkeypatch)
     monkeypatch.setattr(mod.mlp, "SIZES", (6, 5, 4, 3))
     monkeypatch.setattr(mod.mlp, "BATCH", 4)
@@ -386,7 +386,7 @@ def test_mlp_phases_times_every_phase_and_puts_embers_backward_back(monkeypatch,
     for phase, (ember_ms, numpy_ms, _) in rows.items():
         assert float(ember_ms) >= 0 and float(numpy_ms) >= 0, phase
     assert float(rows["backward"][0]) > 0 and float(rows["setup"][1]) < float(rows["total"][1])
-    assert transforms.backward_quiet is before
+    assert (transforms.backward_quiet, transforms._backward_raw) == before
     # its marked copy of numpy-inplace's step trains exactly as mlp.py's does
     import numpy as np
 

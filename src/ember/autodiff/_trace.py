@@ -24,9 +24,40 @@ __all__ = ["Trace", "Node", "SelectNode", "LeafNode", "make_node", "active_trace
 
 #: Stack of traces that are open right now, innermost last.
 active_traces: list = []
+
+
+class _LiveTraces:
+    """A weak set of traces: iterating gives the live ones, ``len`` counts them.
+
+    Why not ``weakref.WeakSet``: its ``add`` and the callback that removes a
+    dead member are Python methods, two frames for every transform call. Here
+    the set holds weak references whose callback is the set's own C-level
+    ``discard`` (``Trace.__init__`` adds them inline).
+    """
+
+    __slots__ = ("refs",)
+
+    def __init__(self):
+        self.refs: set = set()
+
+    def add(self, trace) -> None:
+        self.refs.add(weakref.ref(trace, self.refs.discard))
+
+    def __iter__(self):
+        return iter([t for t in [r() for r in list(self.refs)] if t is not None])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:
+        return bool(self.refs)
+
+
 #: Every Trace object still alive (open or retained, e.g. by a vjp function); the
 #: ownership layer scans their tapes before an in-place write (copy-on-write).
-live_traces: "weakref.WeakSet" = weakref.WeakSet()
+live_traces = _LiveTraces()
+_live_refs = live_traces.refs
+_live_gone = _live_refs.discard
 
 
 #: Generations 1 and 2's thresholds while tapes are live: their passes wait until the last
@@ -89,7 +120,7 @@ class Trace:
         self.nodes: list = []
         self.active = False
         self.checkpointing = checkpointing
-        live_traces.add(self)
+        _live_refs.add(weakref.ref(self, _live_gone))  # (live_traces.add, inline)
         # saver(node, impl): called for each recorded node while a checkpointing
         # strategy or region is in effect; remat: the per-trace recompute state
         # (see _checkpoint.py) once any value may have been dropped.
@@ -293,8 +324,9 @@ def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
     see; a rule with a ``scatter`` (``getitem``) adds its cotangent straight
     into such an accumulator instead of building a zero array per use.
     """
-    for node, g in seeds:
-        _accumulate(node, g._value)
+    for node, g in seeds:  # (_accumulate, inline)
+        g = g._value
+        node.g = g if node.g is None else node.g + g
     nodes = trace.nodes
     owned: set = set()  # nodes whose g is a buffer this loop made: safe to write into
     ns = T = R = None

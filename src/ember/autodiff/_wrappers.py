@@ -195,16 +195,17 @@ def build(d) -> dict:
     rmean = R.mean
     from ._rules._util import rows
 
-    def ce_loss(terms, axis, reduction):
+    def ce_loss(terms, axis, reduction, n=None):
         """``-sum(terms)`` along ``axis`` per row ("none"), or its sum or mean over the rows,
         taken as one full sum: reductions along short rows (10 classes) cost NumPy about
-        twice a full one."""
+        twice a full one. ``n``: the mean's row count where the caller has it."""
         if reduction == "none":
             return -rsum(terms, axis=axis)
         total = -rsum(terms)
         if reduction == "sum":
             return total
-        n = mean_rows(terms.shape, axis)
+        if n is None:
+            n = mean_rows(terms.shape, axis)
         if n:  # sizes known and rows there (none: the mean's own NaN and warning, below)
             return total / n
         return rmean(-rsum(terms, axis=axis))
@@ -225,11 +226,11 @@ def build(d) -> dict:
         mean itself (its ``dz_unit``, the mean's division done here), as ``(loss, key, grad)``."""
         s, e, total = shifted_exp(R, z, axis)
         dz = ce_dz(R, t, e, total, axis)
-        loss = ce_loss(t * (s - log(total)), axis, reduction)
+        n = mean_rows(z.shape, axis) if reduction == "mean" else None
+        loss = ce_loss(t * (s - log(total)), axis, reduction, n or None)
         if reduction == "sum":
             return loss, "dz_unit", dz
         if reduction == "mean":
-            n = mean_rows(z.shape, axis)
             if n:
                 if R._writes:  # (a fresh buffer of this function's)
                     dz /= n
@@ -252,7 +253,11 @@ def build(d) -> dict:
         ``(result, {param: value})``. None where the general path must run the op: no
         argument of ``deciding`` tracked, checkpointing (it may recompute, and then keeps
         nothing), ``consume`` markers, or a call ``record_one_level`` does not take."""
-        n = next((a._node for a in deciding if a.__class__ is T and a._node is not None), None)
+        n = None
+        for a in deciding:  # the first tracked one (a loop: a generator is a frame per call)
+            if a.__class__ is T and a._node is not None:
+                n = a._node
+                break
         if n is None or n.trace.saver is not None or d._claims:
             return None
         kept = []

@@ -25,7 +25,15 @@ from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import share as _share
 from ..autodiff._rules._util import shapes_fit
 from ..autodiff._tensor import raw_value
-from ..autodiff._trace import LeafNode, Trace, active_traces, backward, backward_quiet, quiet_gc
+from ..autodiff._trace import (
+    LeafNode,
+    Trace,
+    _backward_raw,
+    active_traces,
+    backward,
+    backward_quiet,
+    quiet_gc,
+)
 
 __all__ = ["grad", "value_and_grad", "vjp", "stop_gradient"]
 
@@ -274,7 +282,15 @@ def forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs):
             node = value._node if isinstance(value, Tensor) else None
             if node is not None and node.trace is trace:
                 value = value._value
-                backward_quiet(trace, [(node, _ones_like(value))])
+                if value._node is None and trace.level == 1 and trace.remat is None:
+                    # the usual first-order case: backward_quiet's choice (the raw loop) made
+                    # here, its seed of ones built inline (six Python calls fewer a step)
+                    seed = value._ns._Tensor()
+                    seed._value = value._ns._dispatch.ones_like(value._value)
+                    seed._node = None
+                    _backward_raw(trace, [(node, seed)], False)
+                else:
+                    backward_quiet(trace, [(node, _ones_like(value))])
         finally:  # backward freed the tape as it went; not run (an error, a constant value): free it
             if trace.nodes:
                 trace.release()

@@ -99,7 +99,8 @@ def select_summed(ns, c, g, axis):
     never wrong.
     """
     if ns._cheap_any:
-        p = _mask_product(ns, g, c)
+        product = getattr(ns, "_mask_product", None)  # (_mask_product, inline: a ReLU layer's step)
+        p = product(g, c) if product is not None else g * ns.astype(c, g.dtype)
         total = ns.sum(p, axis=axis)
         # finite sum of the sums: every term finite (one reduction and a scalar test instead of
         # isfinite and all; an overflow to inf takes ``where``, as an inf would)
