@@ -220,6 +220,9 @@ class _Dispatcher:
             # object.__new__(T)); users create tensors with xp.asarray, and
             # ember.Tensor(...) itself still raises
             __init__ = object.__init__
+            if probe.shape.__class__ is tuple:  # the backend's shapes are tuples already (not
+                # torch.Size): read through every level at C level, like dtype
+                shape = property(operator.attrgetter("_value.shape"), doc="The size of each axis (a tuple).")
 
         T.__name__ = T.__qualname__ = "Tensor"
         T.__module__ = "ember"

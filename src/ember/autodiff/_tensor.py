@@ -62,9 +62,8 @@ class Tensor:
         s = v.shape
         return s if s.__class__ is tuple else tuple(s)
 
-    @property
-    def ndim(self):
-        return raw_value(self).ndim
+    # the same for ndim (a Python property cost a frame and raw_value's loop a read)
+    ndim = property(attrgetter("_value.ndim"), doc="The number of axes.")
 
     @property
     def size(self):

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .. import tree as _tree
 from ..autodiff import Tensor
-from ..autodiff._ownership import _backend_writes, _borrowed, _sole_view, reuse_reason, writer
+from ..autodiff._ownership import _backend_writes, _borrowed, reuse_reason, writer
 from ..func._transforms import _check_options, _gradients, forward_backward, leaf_gradient
 from ._base import Optimizer, PathOptimizer, State
 
@@ -98,8 +98,12 @@ def train_step(
                     base = getattr(g, "base", g)  # (g: no such attribute)
                     if base is None:
                         reuse = not _borrowed or id(g) not in _borrowed
-                    elif base is not g and _sole_view(g, 1):
-                        reuse = not _borrowed or id(base) not in _borrowed
+                    elif base is not g and getattr(base, "base", 0) is None and getrefcount(base) == 3:
+                        # _sole_view's test inline: a base that owns its memory, held by g and
+                        # this frame only (and getrefcount's argument), all of whose bytes g spans
+                        f = g.flags
+                        if (f.c_contiguous or f.f_contiguous) and g.nbytes == getattr(base, "nbytes", -1):
+                            reuse = not _borrowed or id(base) not in _borrowed
                     base = None
                 if not reuse and clip is None:
                     reuse = reuse_reason(d, g, r, 1)[0] is None
