@@ -223,21 +223,22 @@ def build(d) -> dict:
     def softmax_cross_entropy_and_dz(z, t, axis, reduction):
         """The loss, and its gradient for a unit cotangent: of each row's loss (reduction
         "none", or where the rows are not counted yet: the VJP's ``dz``), else of the sum or
-        mean itself (its ``dz_unit``, the mean's division done here), as ``(loss, key, grad)``."""
+        mean itself (its ``dz_unit``, the mean's division done here), as ``(loss, {key: grad})``
+        (record_keeping's ``compute``: the dict goes into the node's params)."""
         s, e, total = shifted_exp(R, z, axis)
         dz = ce_dz(R, t, e, total, axis)
         n = mean_rows(z.shape, axis) if reduction == "mean" else None
         loss = ce_loss(t * (s - log(total)), axis, reduction, n or None)
         if reduction == "sum":
-            return loss, "dz_unit", dz
+            return loss, {"dz_unit": dz}
         if reduction == "mean":
             if n:
                 if R._writes:  # (a fresh buffer of this function's)
                     dz /= n
                 else:
                     dz = dz / n
-                return loss, "dz_unit", dz
-        return loss, "dz", dz
+                return loss, {"dz_unit": dz}
+        return loss, {"dz": dz}
 
     out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
     out["_softmax"] = fast_generic("_softmax", softmax_impl)
@@ -274,16 +275,12 @@ def build(d) -> dict:
             res._node.params = {**params, **kept[0]}
         return res
 
-    def sce_and_dz(z, t, axis, reduction):
-        loss, key, dz = softmax_cross_entropy_and_dz(z, t, axis, reduction)
-        return loss, {key: dz}
-
     def softmax_cross_entropy(z, t, /, *, axis, reduction="none"):
         """Recorded with traced logits, the node keeps the gradient the forward computes
         anyway (``dz_unit`` for the sum or mean, ``dz`` per row, see record_keeping): the
         VJP is then one product instead of recomputing the softmax (four reductions along
         short rows)."""
-        res = record_keeping("_softmax_cross_entropy", sce_and_dz, (z, t),
+        res = record_keeping("_softmax_cross_entropy", softmax_cross_entropy_and_dz, (z, t),
                              {"axis": axis, "reduction": reduction}, (z,))
         return sce_generic(z, t, axis=axis, reduction=reduction) if res is None else res
 
