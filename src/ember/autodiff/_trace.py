@@ -32,16 +32,13 @@ class _LiveTraces:
     Why not ``weakref.WeakSet``: its ``add`` and the callback that removes a
     dead member are Python methods, two frames for every transform call. Here
     the set holds weak references whose callback is the set's own C-level
-    ``discard`` (``Trace.__init__`` adds them inline).
+    ``discard`` (``Trace.__init__`` adds its own: ``refs.add(weakref.ref(self, refs.discard))``).
     """
 
     __slots__ = ("refs",)
 
     def __init__(self):
         self.refs: set = set()
-
-    def add(self, trace) -> None:
-        self.refs.add(weakref.ref(trace, self.refs.discard))
 
     def __iter__(self):
         return iter([t for t in [r() for r in list(self.refs)] if t is not None])
@@ -120,7 +117,7 @@ class Trace:
         self.nodes: list = []
         self.active = False
         self.checkpointing = checkpointing
-        _live_refs.add(weakref.ref(self, _live_gone))  # (live_traces.add, inline)
+        _live_refs.add(weakref.ref(self, _live_gone))  # (in live_traces: see _LiveTraces)
         # saver(node, impl): called for each recorded node while a checkpointing
         # strategy or region is in effect; remat: the per-trace recompute state
         # (see _checkpoint.py) once any value may have been dropped.

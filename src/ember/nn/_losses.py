@@ -61,10 +61,7 @@ def cross_entropy(
     """
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(BAD_SMOOTHING.format(value=label_smoothing))
-    c = logits.__class__  # Tensors of one ember namespace, the usual case (as nn.linear)
-    xp = getattr(c, "_ns", None)
-    if xp is None or c is not getattr(xp, "_Tensor", None) or targets.__class__ is not c:
-        xp = namespace(logits, targets)
+    xp = namespace(logits, targets)
     lshape, tshape = tuple(logits.shape), tuple(targets.shape)
     ax = axis % len(lshape)
     ncls = lshape[ax]

@@ -411,7 +411,8 @@ class PathOptimizer:
             new_leaves[i] = new_p
             new_slots["step"] = t
             new_states[pth] = new_slots
-        return td.unflatten(new_leaves), {"step": step + 1, "params": new_states}
+        # (the function, not the method: one frame fewer a step)
+        return _tree.unflatten(td, new_leaves), {"step": step + 1, "params": new_states}
 
     def _grads(self, op: str, grads: Any, td: Any, plan: _Plan) -> list[Any]:
         """Gradients of the trainable parameters, in plan order."""

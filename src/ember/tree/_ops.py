@@ -523,8 +523,7 @@ class TreeDef:
         return self._num_leaves
 
     def unflatten(self, leaves: Iterable[Any]) -> Any:
-        """Build the structure back with ``leaves`` in flatten order (replaced by the module's
-        :func:`unflatten` itself below: the same call without a frame of its own)."""
+        """Build the structure back with ``leaves`` in flatten order."""
         return unflatten(self, leaves)
 
     def paths(self) -> list[Path]:
@@ -611,10 +610,6 @@ def unflatten(treedef: TreeDef, leaves: Iterable[Any]) -> Any:
     if root.__class__ is _Node and root.kind.code == DICT and root.children is _LEAVES.get(len(leaves)):
         return dict(zip(root.aux, leaves))  # a dict of leaves (parameters, every step): _build's case
     return _build(root, iter(leaves))
-
-
-# ``td.unflatten(leaves)`` is this function itself (a method calling it cost a frame a step)
-TreeDef.unflatten = unflatten  # type: ignore[method-assign]
 
 
 def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:
