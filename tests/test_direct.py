@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from ember.autodiff import namespace
 from ember.autodiff._direct import direct_functions
 
 DIRECT = direct_functions(np)
@@ -46,8 +47,13 @@ def _both(f, g):
     _same(f(), want)
 
 
-def test_only_numpy_gets_direct_functions():
-    assert direct_functions(cnp) == {}  # the compat module is not the library
+def test_only_ufunc_libraries_get_direct_functions():
+    import ember.backend as eb
+
+    caps = {n: eb.capabilities(eb.get(n)).ufuncs for n in ("numpy", "array_api_strict", "dask")}
+    assert caps == {"numpy": True, "array_api_strict": False, "dask": False}
+    for n, has in caps.items():  # only ufunc libraries' namespaces get the direct kernels
+        assert ("_seed_ones_like" in namespace(n)._dispatch.fixes) is has
     assert set(DIRECT) >= {"sum", "prod", "max", "min", "all", "any", "mean", "matmul", "permute_dims"}
 
 

@@ -18,7 +18,7 @@ from ._errors import (
     StructureError,
 )
 from . import autodiff, backend, tree
-from .autodiff import Tensor
+from .autodiff import Primitive, Tensor, primitive
 from .func import (
     checkpoint,
     checkpoint_name,
@@ -46,6 +46,8 @@ __all__ = [
     "backend",
     "tree",
     "Tensor",
+    "primitive",
+    "Primitive",
     "grad",
     "value_and_grad",
     "vjp",

@@ -38,10 +38,7 @@ NO_DASK = (
 
 def _is_dask(v) -> bool:
     """True for a dask collection (without importing dask when it is not loaded)."""
-    mod = type(v).__module__
-    if not mod.startswith("dask"):
-        return hasattr(v, "__dask_graph__") and callable(getattr(v, "__dask_graph__"))
-    return hasattr(v, "__dask_graph__")
+    return callable(getattr(v, "__dask_graph__", None))
 
 
 def is_lazy(x: Any) -> bool:

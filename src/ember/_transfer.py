@@ -166,6 +166,10 @@ def _move_static(x: Any, move: Any, prefix: str) -> Any:
 # --------------------------------------------------------------------------- #
 # moving one array
 # --------------------------------------------------------------------------- #
+def _lazy(xp: Any) -> bool:
+    return _backend.capabilities(xp).lazy
+
+
 def _source_name(a: Any) -> str:
     import array_api_compat as compat
 
@@ -185,12 +189,12 @@ def _move(a: Any, bxp: Any, tname: str, device: Any, copy: bool | None, path: st
             if copy and res is a:
                 res = bxp.asarray(a, copy=True)
             return res
-        if src == "dask":  # a task graph: evaluate it, then move the result
+        if _lazy(compat.array_namespace(a)):  # a task graph: evaluate it, then move the result
             a = a.compute()
             src = _source_name(a)
             if src == tname:
                 return _move(a, bxp, tname, device, copy, path)
-        if tname == "dask":
+        if _lazy(bxp):  # a lazy target takes host memory (it wraps it in a graph)
             res = bxp.asarray(_to_host(a))
         else:
             res = _via_dlpack(a, bxp, copy)

@@ -130,7 +130,7 @@ def _astype(lib):
 
 def _linear(lib):
     """``nn.linear``'s kernel: the bias and the ReLU go into the product's fresh buffer."""
-    from ._rules.linear import check_linear
+    from ..kernels import check_linear
 
     matmul, maximum = lib.matmul, lib.maximum
     complex_dtypes = {lib.dtype(lib.complex64), lib.dtype(lib.complex128)}
@@ -167,10 +167,9 @@ def _linear(lib):
 def direct_functions(lib: Any) -> dict:
     """``{name: function}`` to use instead of the compat layer's for library ``lib``.
 
-    Empty unless ``lib`` is NumPy.
+    For a library whose elementwise functions are NumPy ufuncs (the
+    ``ufuncs`` capability; the caller checks it).
     """
-    if getattr(lib, "__name__", None) != "numpy":
-        return {}
     out: dict = {}
     for name, (ufunc, takes_dtype) in _REDUCTIONS.items():
         out[name] = _reduction(name, getattr(lib, ufunc).reduce, takes_dtype)

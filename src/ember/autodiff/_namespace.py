@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import sys
 import types
 
 from .. import backend as _backend
@@ -36,11 +37,8 @@ _SCALARS = (bool, int, float, complex)
 
 def _numpy_scalar(x) -> bool:
     """Whether ``x`` is a NumPy scalar (``numpy.generic``), which any backend takes as a 0-d array."""
-    if type(x).__module__ != "numpy":
-        return False
-    import numpy
-
-    return isinstance(x, numpy.generic)
+    np = sys.modules.get("numpy")  # no NumPy imported: no NumPy scalar exists
+    return np is not None and isinstance(x, np.generic)
 
 
 def _array_like(x) -> bool:
@@ -251,7 +249,8 @@ class _Dispatcher:
 
         self.version = _api_version(bxp)
         # corrected elementwise functions, and library kernels called without compat's frames
-        self.fixes = {**direct_functions(lib), **_wrappers.backend_fixes(bxp)}
+        self.caps = caps = _backend.capabilities(bxp)
+        self.fixes = {**(direct_functions(lib) if caps.ufuncs else {}), **_wrappers.backend_fixes(bxp)}
         self.raw_ns = _raw_namespace(bxp, self.fixes, modname)
         # seeds of backward passes
         self.ones_like = self.fixes.get("_seed_ones_like") or getattr(lib, "ones_like", bxp.ones_like)
@@ -259,10 +258,10 @@ class _Dispatcher:
         mod._complex = self.raw_ns._complex = _wrappers._dtype_set(bxp, ("complex64", "complex128"))
         # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
         # test for a rare case (ties in maximum) instead of always computing its correction
-        mod._cheap_any = self.raw_ns._cheap_any = bname in ("numpy", "array_api_strict")
+        mod._cheap_any = self.raw_ns._cheap_any = caps.cheap_checks
         # whether backend arrays take item assignment and in-place arithmetic (the backward
         # loop accumulates into buffers it owns, see _trace._backward_raw)
-        self.raw_ns._writes = bname in ("numpy", "cupy", "array_api_strict")
+        self.raw_ns._writes = caps.in_place
         self._build_functions()
         self._build_tensor_methods()
         self._build_constants()

@@ -521,7 +521,6 @@ def _extras(d, reason, extra):
 # which buffers are protected
 # --------------------------------------------------------------------------- #
 _borrowed: dict = {}
-_REUSE_BACKENDS = ("numpy", "cupy")
 
 
 def _owner(r):
@@ -653,7 +652,7 @@ def _backend_writes(d) -> bool:
         from .. import backend
 
         caps = backend.capabilities(d.xp)
-        ok = _WRITES[d] = d.bname in _REUSE_BACKENDS and bool(caps.in_place and caps.out_param)
+        ok = _WRITES[d] = bool(caps.base_views and caps.in_place and caps.out_param)
     return ok
 
 

@@ -15,7 +15,7 @@ import warnings
 
 from .._errors import ShapeError
 from ._tensor import Tensor, raw_value
-from ._rules.elementwise import relu_value
+from ..kernels import relu as relu_value
 
 
 
@@ -287,7 +287,7 @@ def build(d) -> dict:
     out["_softmax_cross_entropy"] = softmax_cross_entropy
 
     # nn.erf (so nn.gelu): the series on backend arrays as one node, its VJP 2/sqrt(pi) exp(-x^2)
-    from ._erf import erf_series
+    from ..kernels import erf_series
 
     kernel = getattr(R, "_erf_kernel", None)  # NumPy: scipy.special.erf, for float32/float64
     kernel_dtypes = (R.float32, R.float64) if kernel is not None else ()
@@ -298,7 +298,7 @@ def build(d) -> dict:
     out["_erf"] = fast_generic("_erf", erf_impl)
 
     # nn.gelu(approximate=True): one node instead of eight (three products, two sums, tanh...)
-    from ._rules.elementwise import gelu_tanh_t, in_place
+    from ..kernels import gelu_tanh_t, in_place
 
     def gelu_tanh_impl(x):
         t = gelu_tanh_t(R, x, x * x)
@@ -312,7 +312,7 @@ def build(d) -> dict:
     out["_gelu_tanh"] = fast_generic("_gelu_tanh", gelu_tanh_impl)
 
     # nn.max_pool over windows tiling the input: one node instead of k*k views and k*k-1 maximums
-    from ._rules.pooling import max_pool_tiles
+    from ..kernels import max_pool_tiles
 
     def max_pool_tiles_impl(x, kernel):
         return max_pool_tiles(R, x, kernel)
@@ -320,7 +320,7 @@ def build(d) -> dict:
     out["_max_pool_tiles"] = fast_generic("_max_pool_tiles", max_pool_tiles_impl)  # (x, kernel=k)
 
     # nn.LayerNorm: normalize over the last axes, scale and shift as one node (w, b may be None)
-    from ._rules.normalization import layer_norm
+    from ..kernels import layer_norm
 
     def layer_norm_impl(x, w, b, *, axes, eps):
         return layer_norm(R, x, w, b, axes, eps)[0]
@@ -343,7 +343,7 @@ def build(d) -> dict:
 
     # nn.linear: act(x @ w^T + b) as one node (b may be None); NumPy's kernel adds the bias and
     # the ReLU in place (_direct.py)
-    from ._rules.linear import check_linear
+    from ..kernels import check_linear
 
     rmatmul, rmT, complex_dtypes = R.matmul, R.matrix_transpose, R._complex
 
@@ -477,7 +477,7 @@ def build(d) -> dict:
         return call("mask_gather", mask_gather_impl, (g,), {"key": key, "like": like})
 
     out["_setitem"], out["_index_add"] = _setitem, _index_add
-    if d.bname == "dask":  # (the backward of getitem asks for them on lazy masks only)
+    if d.caps.lazy:  # (the backward of getitem asks for them on lazy masks only)
         out["_mask_scatter"], out["_mask_gather"] = _mask_scatter, _mask_gather
     return out
 
@@ -993,7 +993,7 @@ def _index_add_raw(d, x, g, key):
     lib = backend.raw(xp)
     bincount = getattr(lib, "bincount", None) if lib is not None else None
     is_complex = xp.isdtype(x.dtype, "complex floating")
-    if bincount is not None and d.bname in ("numpy", "cupy"):
+    if bincount is not None and not d.caps.lazy and d.caps.ufuncs:
         if is_complex:
             acc = bincount(lin, weights=xp.real(gflat), minlength=n) + 1j * bincount(
                 lin, weights=xp.imag(gflat), minlength=n

@@ -43,6 +43,13 @@ class Capabilities:
         setitem: ``a[...] = v`` is accepted at all (True for Dask too).
         out_param: elementwise functions accept ``out=`` (``xp.add(a, b, out=o)``).
         lazy: arrays are task graphs computed on demand (Dask).
+        host: arrays live in host memory (DLPack device CPU), so reading a
+            value back (``bool(xp.any(m))``) needs no device transfer.
+        base_views: a view names the array owning its memory (``view.base``) and
+            arrays carry contiguity ``flags``, so ember can prove that a buffer has
+            one holder before ``consume`` writes into it (NumPy, CuPy).
+        ufuncs: the library's elementwise functions are NumPy ufuncs (with
+            ``.reduce`` and ``out=``), which ember calls directly.
         devices: ``__array_namespace_info__().devices()`` (empty if unknown).
         default_device: the default device, or None when unknown.
         random: how :func:`random_source` draws numbers on this backend.
@@ -55,9 +62,18 @@ class Capabilities:
     setitem: bool
     out_param: bool
     lazy: bool
+    host: bool
+    base_views: bool
+    ufuncs: bool
     devices: tuple[Any, ...]
     default_device: Any
     random: str
+
+    @property
+    def cheap_checks(self) -> bool:
+        """Whether a data-dependent test (``bool(xp.any(mask))``) is cheap: eager and on
+        the host, so a rule may test for a rare case instead of always correcting for it."""
+        return self.host and not self.lazy
 
 
 _lock = threading.Lock()
@@ -109,6 +125,43 @@ def _probe_lazy(xp: Any) -> bool:
         return False
 
 
+def _probe_host(xp: Any) -> bool:
+    """True when a new array's DLPack device is the CPU (kDLCPU, 1)."""
+    try:
+        return xp.zeros((1,)).__dlpack_device__()[0] == 1
+    except Exception:
+        return False
+
+
+def _probe_base_views(xp: Any) -> bool:
+    """True when a slice's ``.base`` is the sliced array and arrays have ``flags``."""
+    lib = _raw_library(xp)
+    try:
+        a = lib.zeros((3,))
+        return a[1:].base is a and hasattr(a, "flags")
+    except Exception:
+        return False
+
+
+def _probe_ufuncs(xp: Any) -> bool:
+    """True when the library under ``xp`` has NumPy ufuncs as its elementwise functions."""
+    import sys
+
+    np = sys.modules.get("numpy")
+    lib = _raw_library(xp)
+    return np is not None and lib is not None and isinstance(getattr(lib, "add", None), np.ufunc) \
+        and isinstance(getattr(lib, "ndarray", None), type)
+
+
+def _raw_library(xp: Any) -> Any:
+    from ember.backend._registry import raw
+
+    try:
+        return raw(xp)
+    except Exception:
+        return None
+
+
 def _probe_devices(xp: Any) -> tuple[tuple[Any, ...], Any]:
     """(devices, default device) from ``__array_namespace_info__``, when present."""
     try:
@@ -154,6 +207,9 @@ def capabilities(xp: Any) -> Capabilities:
         setitem=setitem,
         out_param=_probe_out(xp),
         lazy=_probe_lazy(xp),
+        host=_probe_host(xp),
+        base_views=_probe_base_views(xp),
+        ufuncs=_probe_ufuncs(xp),
         devices=devices,
         default_device=default,
         random=random_source(xp).description,

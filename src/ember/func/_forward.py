@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from .. import tree as _tree
 from ..autodiff import Tensor, namespace
-from ..autodiff._rules._util import shapes_fit
+from ..kernels import shapes_fit
 from ..autodiff._tensor import raw_value
 from ._transforms import grad, vjp
 

@@ -23,7 +23,7 @@ from .. import tree as _tree
 from .._errors import NotDifferentiableError
 from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import share as _share
-from ..autodiff._rules._util import shapes_fit
+from ..kernels import shapes_fit
 from ..autodiff._tensor import raw_value
 from ..autodiff._trace import (
     LeafNode,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..autodiff._rules.elementwise import gelu_tanh_t, relu_value
+from ..kernels import gelu_tanh_t, relu as relu_value
 from ._util import erf, namespace
 
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "identity"]

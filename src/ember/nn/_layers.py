@@ -22,8 +22,7 @@ from typing import Any, Callable
 
 from .. import random as _random
 from ..autodiff import Tensor
-from ..autodiff._rules.linear import check_linear
-from ..autodiff._rules.normalization import layer_norm
+from ..kernels import check_linear, layer_norm
 from ..autodiff._tensor import raw_value
 from ..func import stop_gradient
 from ..tree import field

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..autodiff._rules._util import shapes_fit
+from ..kernels import shapes_fit
 from ._activations import log_softmax
 from ._util import namespace
 

@@ -7,7 +7,7 @@ from typing import Any
 import array_api_compat
 
 from ..autodiff import Tensor
-from ..autodiff._erf import erf_series
+from ..kernels import erf_series
 
 BAD_TUPLE = "{op}: {name} must be an int or a tuple of {n} ints, got {value!r}"
 

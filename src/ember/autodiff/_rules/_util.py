@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from ...kernels import shapes_fit
+
 
 def is_complex(ns, x) -> bool:
     """Whether ``x`` (an array, Tensor or Python scalar) is complex.
@@ -28,14 +30,6 @@ def cj(ns, d):
     if c is complex:
         return d.conjugate()
     return ns.conj(d) if is_complex(ns, d) else d
-
-
-def shapes_fit(a, b) -> bool:
-    """Whether shapes ``a`` and ``b`` can be the same: equal ranks, and equal sizes wherever
-    both are known (Dask reports a size it computes later as NaN, which is not NaN; the
-    standard reports None)."""
-    return len(a) == len(b) and all(m == n or m.__class__ is not int or n.__class__ is not int
-                                    for m, n in zip(a, b))
 
 
 def fit(ns, g, x):

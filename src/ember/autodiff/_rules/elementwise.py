@@ -36,6 +36,7 @@ from __future__ import annotations
 import cmath
 import math
 
+from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place
 from ._base import defvjp
 from ._util import cj, count, expand_reduced, fit, products_exact, select
 
@@ -263,46 +264,8 @@ defvjp("copy", lambda ns, g, ans, x: g)
 defvjp("_relu", lambda ns, g, ans, x: select(ns, ans > 0, g), saves=("none",))
 
 
-def relu_value(ns, x):
-    """``max(x, 0)`` in ``x``'s dtype: a bool stays bool (``max(b, False)`` is ``b``).
-
-    Why not ``maximum(x, 0)`` alone: NumPy promotes a bool array with a Python 0
-    to int64, and the standard does not define bool with int at all.
-    """
-    if x.dtype == ns.bool:
-        return ns.asarray(x, copy=True)
-    return ns.maximum(x, 0)
-
-
 # nn.erf (one primitive; the forward is a Chebyshev series, see autodiff/_erf.py)
 defvjp("_erf", lambda ns, g, ans, x: g * (2.0 / math.sqrt(math.pi)) * ns.exp(-(x * x)))
-# nn.gelu(approximate=True) (one primitive): 0.5 x (1 + tanh(u)), u = c (x + k x^3)
-GELU_C, GELU_K = math.sqrt(2.0 / math.pi), 0.044715
-
-
-def gelu_tanh_u(ns, x, x2):
-    """The tanh form's argument ``c * (x + k * x^3)``, given ``x2 = x * x``."""
-    return GELU_C * (x + GELU_K * (x2 * x))
-
-
-def in_place(ns, x) -> bool:
-    """Whether a rule may compute on real floating ``x`` with in-place operators into its own
-    temporaries: raw arrays of a backend that writes in place (the first-order pass). The same
-    operations in the same order, so the same values, with fewer arrays allocated."""
-    return getattr(ns, "_writes", False) and ns.isdtype(x.dtype, "real floating")
-
-
-def gelu_tanh_t(ns, x, x2):
-    """``tanh`` of :func:`gelu_tanh_u`; one temporary instead of four where :func:`in_place`."""
-    if not in_place(ns, x):
-        return ns.tanh(gelu_tanh_u(ns, x, x2))
-    u = x2 * x
-    u *= GELU_K
-    u += x
-    u *= GELU_C
-    return ns.tanh(u)
-
-
 def _gelu_tanh_dx(ns, g, ans, x):
     # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2), t = tanh(u) (recomputed: one ufunc)
     x2 = x * x

@@ -16,17 +16,8 @@ namespace it is given, so higher orders differentiate it.
 from __future__ import annotations
 
 from ._base import defvjp_all
+from ...kernels import layer_norm
 from ._util import fit
-
-
-def layer_norm(ns, x, w, b, axes, eps):
-    """The forward, and the parts its VJP reads: ``(y, (x_hat, s))`` with ``x_hat`` the
-    normalized input and ``s = sqrt(var + eps)``; ``w`` and ``b`` may be None."""
-    d = x - ns.mean(x, axis=axes, keepdims=True)
-    s = ns.sqrt(ns.mean(d * d, axis=axes, keepdims=True) + eps)
-    x_hat = d / s
-    y = x_hat if w is None else x_hat * w
-    return (y if b is None else y + b), (x_hat, s)
 
 
 def _layer_norm_vjp(ns, g, ans, args, params, parents):

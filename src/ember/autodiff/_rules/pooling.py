@@ -11,25 +11,9 @@ pass and (on Tensors) higher orders alike.
 
 from __future__ import annotations
 
-import itertools
-
 from ._base import defvjp
+from ...kernels import tile_views
 from ._util import products_exact
-
-
-def tile_views(ndim: int, kernel: tuple[int, ...]) -> list[tuple]:
-    """Index tuples of the strided views, one per window offset, in row-major window order."""
-    lead = (slice(None),) * (ndim - len(kernel))
-    return [lead + tuple(slice(o, None, k) for o, k in zip(offsets, kernel))
-            for offsets in itertools.product(*(range(k) for k in kernel))]
-
-
-def max_pool_tiles(ns, x, kernel):
-    """The window maxima of ``x`` (its last ``len(kernel)`` axes tiled by ``kernel``)."""
-    y = None
-    for idx in tile_views(x.ndim, kernel):
-        y = x[idx] if y is None else ns.maximum(y, x[idx])
-    return y
 
 
 def _max_pool_tiles_vjp(ns, g, ans, x, *, kernel):

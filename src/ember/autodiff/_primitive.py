@@ -1,0 +1,138 @@
+"""User-defined differentiable primitives: ``ember.primitive`` and its ``defvjp``.
+
+A primitive is a function ember treats as one op: its forward runs on the
+backend's own arrays (no tape inside it), and its gradient comes from the
+VJPs registered for it, like HIPS autograd's ``primitive`` + ``defvjp``::
+
+    @ember.primitive
+    def softplus(xp, x):
+        return xp.log1p(xp.exp(-xp.abs(x))) + xp.maximum(x, 0.0)
+
+    softplus.defvjp(lambda xp, g, ans, x: g / (1.0 + xp.exp(-x)))
+
+Both functions get the namespace to compute with as ``xp``: the backend's own
+for the forward and the first-order backward pass, ember's wrapper namespace
+when an outer transform records the backward pass (so ``grad(grad(f))``,
+``hessian`` and ``jvp`` differentiate the VJP itself). A primitive crosses the
+same dispatcher as the standard's functions, so it works on every backend,
+under every transform, with ``checkpointing="balanced"`` (a memory-bound
+primitive's output is recomputed from its inputs) and with ``ember.consume``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any, Callable
+
+import array_api_compat
+
+from .._errors import NotDifferentiableError
+from ._rules._base import COMPUTE, MEMORY, RULES, defvjp
+from ._tensor import Tensor
+
+__all__ = ["primitive", "Primitive"]
+
+NO_VJP = (
+    "{name}: this ember.primitive has no VJP, so it cannot be differentiated. Register one "
+    "per argument with {name}.defvjp(lambda xp, g, ans, *args, **params: ...), or wrap the "
+    "argument in ember.stop_gradient if no gradient should flow"
+)
+BAD_BOUND = "ember.primitive: bound must be {compute!r} or {memory!r}, got {bound!r}"
+BAD_VJP_COUNT = (
+    "{name}.defvjp: got {got} VJP functions; give one per positional argument "
+    "(None for an argument that never carries a gradient)"
+)
+
+_ids = itertools.count()
+
+
+class Primitive:
+    """A function ember differentiates through the VJPs registered for it.
+
+    Made by :func:`primitive`; call it like the function it wraps, without the
+    leading ``xp`` (positional arguments may be arrays, keywords are static
+    parameters handed to the forward and to every VJP).
+    """
+
+    def __init__(self, fn: Callable, *, name: str | None = None, bound: str = MEMORY):
+        if bound not in (COMPUTE, MEMORY):
+            raise ValueError(BAD_BOUND.format(compute=COMPUTE, memory=MEMORY, bound=bound))
+        self.fn = fn
+        self.name = name or getattr(fn, "__qualname__", repr(fn))
+        self.bound = bound
+        # the rule's key (and the op's name in messages): unique, so two primitives of one
+        # name never share VJPs
+        self.key = self.name if self.name not in RULES else f"{self.name}#{next(_ids)}"
+        self._impls: dict = {}  # dispatcher -> the forward on that backend's arrays
+        functools.update_wrapper(self, fn)
+
+    def defvjp(self, *vjps: Callable | None, saves=None, keep_ans: bool = True) -> "Primitive":
+        """Register one VJP per positional argument: ``vjp(xp, g, ans, *args, **params)``.
+
+        Each returns the cotangent of its argument, reduced to that argument's
+        shape (sum over the axes broadcasting added). ``saves`` and
+        ``keep_ans`` say what the VJPs read, as for :func:`ember.autodiff.defvjp`
+        (one- and two-argument primitives), so the tape keeps no more.
+        Returns the primitive, so it chains.
+        """
+        if not vjps:
+            raise TypeError(BAD_VJP_COUNT.format(name=self.name, got=0))
+        defvjp(self.key, *vjps, bound=self.bound, saves=saves, keep_ans=keep_ans)
+        return self
+
+    @property
+    def has_vjp(self) -> bool:
+        """Whether VJPs are registered (without them the primitive is a constant op)."""
+        return self.key in RULES
+
+    def _impl(self, d):
+        impl = self._impls.get(d)
+        if impl is None:
+            fn, raw_ns = self.fn, d.raw_ns
+
+            def impl(*raw, **params):
+                return fn(raw_ns, *raw, **params)
+
+            self._impls[d] = impl
+        return impl
+
+    def __call__(self, *args: Any, **params: Any) -> Any:
+        d = None
+        for a in args:
+            if isinstance(a, Tensor):
+                d = a._ns._dispatch  # (a consume() marker has it per instance)
+                if getattr(a, "_node", None) is not None and not self.has_vjp \
+                        and d.is_differentiable(a):
+                    raise NotDifferentiableError(NO_VJP.format(name=self.name))
+                break
+        if d is None:  # backend arrays only: the forward as it is
+            arrays = [a for a in args if hasattr(a, "__array_namespace__")]
+            xp = array_api_compat.array_namespace(*arrays) if arrays else None
+            return self.fn(xp, *args, **params)
+        return d.call(self.key, self._impl(d), args, params)
+
+    def __repr__(self) -> str:
+        return f"<ember.primitive {self.name} ({self.bound}-bound)>"
+
+
+def primitive(fn: Callable | None = None, *, name: str | None = None,
+              bound: str = MEMORY) -> Any:
+    """Make ``fn(xp, *args, **params)`` one differentiable op; add its VJPs with ``.defvjp``.
+
+    ``bound`` says what checkpointing does with its output: ``"memory"``
+    (cheap to recompute: ``checkpointing="balanced"`` drops it and recomputes it
+    in the backward pass) or ``"compute"`` (worth keeping). Usable bare
+    (``@ember.primitive``) or with options (``@ember.primitive(bound="compute")``).
+
+    >>> import ember, ember.autodiff.numpy as xp
+    >>> @ember.primitive
+    ... def cube(xp, x):
+    ...     return x * x * x
+    >>> _ = cube.defvjp(lambda xp, g, ans, x: g * 3.0 * x * x)
+    >>> float(ember.grad(lambda x: cube(x))(xp.asarray(2.0)))
+    12.0
+    """
+    if fn is None:
+        return lambda f: Primitive(f, name=name, bound=bound)
+    return Primitive(fn, name=name, bound=bound)

@@ -1,0 +1,18 @@
+"""ember.kernels: pure array-API forward math shared by ``nn`` and the autodiff rules.
+
+Every function takes the namespace it computes with as its first argument
+(or none at all), imports no array library and knows nothing of tapes, so the
+same formula serves a backend's raw arrays, ember's wrapper namespace (where
+it is differentiated) and the rules' backward passes.
+"""
+
+from .activations import GELU_C, GELU_K, gelu_tanh_t, gelu_tanh_u, in_place, relu
+from .erf import erf_series
+from .linear import LINEAR_RELU_COMPLEX, LINEAR_SHAPES, check_linear
+from .normalization import layer_norm
+from .pooling import max_pool_tiles, tile_views
+from .shapes import shapes_fit
+
+__all__ = ["GELU_C", "GELU_K", "LINEAR_RELU_COMPLEX", "LINEAR_SHAPES", "check_linear",
+           "erf_series", "gelu_tanh_t", "gelu_tanh_u", "in_place", "layer_norm",
+           "max_pool_tiles", "relu", "shapes_fit", "tile_views"]

@@ -1,0 +1,15 @@
+"""Layer normalization's forward, with the parts its gradient reads."""
+
+from __future__ import annotations
+
+__all__ = ["layer_norm"]
+
+
+def layer_norm(ns, x, w, b, axes, eps):
+    """The forward, and the parts its VJP reads: ``(y, (x_hat, s))`` with ``x_hat`` the
+    normalized input and ``s = sqrt(var + eps)``; ``w`` and ``b`` may be None."""
+    d = x - ns.mean(x, axis=axes, keepdims=True)
+    s = ns.sqrt(ns.mean(d * d, axis=axes, keepdims=True) + eps)
+    x_hat = d / s
+    y = x_hat if w is None else x_hat * w
+    return (y if b is None else y + b), (x_hat, s)
