@@ -9,10 +9,11 @@ from ._namespace import namespace
 from ._rules import COMPUTE, MEMORY, RULES, Rule, defvjp, defvjp_all
 from ._rules._base import Spec
 from ._rules._util import fit as unbroadcast
-from ._tensor import Tensor
+from ._tensor import Tensor, raw_value
 from ._trace import Trace
 from ._checkpoint import memory_report
 from ._primitive import Primitive, primitive
 
 __all__ = ["namespace", "Tensor", "Trace", "RULES", "Rule", "defvjp", "defvjp_all", "Spec", "COMPUTE", "MEMORY", "memory_report",
-           "primitive", "Primitive", "unbroadcast"]
+           "primitive", "Primitive", "unbroadcast",
+           "raw_value"]

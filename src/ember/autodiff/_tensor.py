@@ -195,7 +195,12 @@ class Tensor:
 
 
 def raw_value(x):
-    """The backend array under every trace level of ``x``."""
+    """The backend array under every trace level of Tensor ``x`` (``x.raw`` as a function).
+
+    Reading it cuts the gradient: use it for values that only steer (shapes,
+    statistics kept as constants), never inside a function being differentiated
+    for a value the result depends on.
+    """
     while x._node is not None:
         x = x._value
     return x._value

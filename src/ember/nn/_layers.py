@@ -23,7 +23,7 @@ from typing import Any, Callable
 from .. import random as _random
 from ..autodiff import Tensor
 from ..kernels import check_linear, layer_norm
-from ..autodiff._tensor import raw_value
+from ..autodiff import raw_value
 from ..func import stop_gradient
 from ..tree import field
 from . import init as _init
