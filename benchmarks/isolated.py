@@ -17,6 +17,11 @@ ember's MLP float32 step gave 0.95-1.08x the reference by process layout.
 Usage::
 
     python benchmarks/isolated.py mlp_float32 numpy ember-step numpy-inplace --procs 3 --rounds 20
+    python benchmarks/isolated.py overhead ember-grad@../base/src ember-grad   # A/B of two trees
+
+``IMPL@SRC`` runs ``IMPL`` with ember imported from the source tree ``SRC`` (a
+checkout of another commit: ``git worktree add ../base COMMIT``), so a change is
+measured against the commit before it in one run.
 
 prints each implementation's median time per call, its median per-round ratio
 to the first one named, and the median of each process (the spread of layouts).
@@ -26,6 +31,7 @@ Workload names are those of ``icount.py``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -55,8 +61,12 @@ def measure(workload: str, impls: list[str], procs: int, rounds: int, calls: int
     try:
         for impl in impls:
             for _ in range(procs):
-                p = subprocess.Popen([sys.executable, me, "--serve", workload, impl],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                name, _, src = impl.partition("@")
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                    [str(Path(src).resolve())] + os.environ.get("PYTHONPATH", "").split(os.pathsep))} \
+                    if src else None
+                p = subprocess.Popen([sys.executable, me, "--serve", workload, name],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
                 workers.append((impl, p))
         for impl, p in workers:
             if p.stdout.readline().strip() != "ready":

@@ -38,7 +38,7 @@ result (Burn's "untracked parent" case), so checkpointing never fails.
 Constants (untracked inputs, e.g. random numbers drawn inside a region) are
 kept as they are, which also makes recomputation replay them exactly.
 
-The backward pass (:func:`backward_remat`) recomputes a dropped value on
+The backward pass (``_trace._run`` with this module's hooks, :class:`_State`) recomputes a dropped value on
 first use by re-running its primitive on its inputs (recursively from the
 nearest kept ancestors, iteratively so long chains do not recurse) and
 memoizes it on the node while something still reads it. Before the pass it
@@ -62,7 +62,8 @@ from typing import Any, Callable
 from ._rules import COMPUTE, MEMORY
 from ._rules._base import _SAVES, NOT_KEPT
 from ._tensor import Tensor, raw_value
-from ._trace import Trace, _accumulate, active_traces, route_to_slot
+from . import _trace
+from ._trace import Trace, active_traces
 
 __all__ = [
     "STRATEGIES",
@@ -70,7 +71,6 @@ __all__ = [
     "DROPPED",
     "PARENT",
     "install_strategy",
-    "backward_remat",
     "Region",
     "pin",
     "memory_report",
@@ -124,6 +124,59 @@ class _State:
         # dropped nodes whose recomputation has not run yet
         self.uses: dict = {}
         self.pending: set = set()
+
+
+    # ------------------------------------------------------------------ #
+    # the hooks of the reverse loop (``_trace._run``) on a trace that may have dropped values:
+    # the same visiting order and accumulation as without them, so gradients are bitwise
+    # identical; dropped values are recomputed on first use
+    # ------------------------------------------------------------------ #
+    def begin(self, nodes, retain: bool):
+        """Count the reads of each stored value; the nodes in reverse order (popped off the
+        tape as they are visited unless ``retain``, so visited nodes are freed)."""
+        _count_uses(self, nodes)
+        return reversed(nodes) if retain else _popping(nodes)
+
+    def skip(self, node, retain: bool) -> None:
+        """``node`` got no cotangent: its inputs' reads are done all the same."""
+        if _counted(node):
+            _release_inputs(self, node, False)
+        self.done(node, retain)
+
+    def values(self, node):
+        """``(ans, args)`` for ``node``'s VJP, recomputing dropped values it reads."""
+        ans = node.ans
+        if ans is DROPPED:  # (not recomputed for a VJP that does not read it)
+            ans = _recompute(self, node) if _reads_ans(node) else None
+        return ans, _values(self, node, node.rule.saves)
+
+    def release(self, node) -> None:
+        """``node``'s VJP has run: one read of each input it read is done."""
+        _release_inputs(self, node, False)
+
+    def done(self, node, retain: bool) -> None:
+        """Free what ``node`` holds (or drop a recomputed result again, when retained)."""
+        if not retain:
+            node.args = node.ans = node.params = None
+            self.impls.pop(node, None)
+            self.pinned.discard(node)
+        elif node in self.materialized:
+            node.ans = DROPPED
+            self.materialized.discard(node)
+
+    def end(self, retain: bool) -> None:
+        """After the pass (also after an error): recomputed values are dropped again."""
+        if retain:
+            for n in self.materialized:
+                n.ans = DROPPED
+        self.materialized.clear()
+        self.uses = {}
+        self.pending = set()
+
+
+def _popping(nodes):
+    while nodes:
+        yield nodes.pop()
 
 
 def _state(trace: Trace) -> _State:
@@ -232,6 +285,9 @@ def install_strategy(trace: Trace, strategy: str) -> None:
         trace.saver = _SegmentSaver(st)
     else:
         raise ValueError(BAD_STRATEGY.format(choices=STRATEGIES, got=strategy))
+
+
+_trace.install_checkpointing = install_strategy
 
 
 # ---------------------------------------------------------------------- #
@@ -437,74 +493,6 @@ def _values(st: _State, node, s):
         return args
     return tuple((_recompute(st, p) if _reads_input(s, i) else NOT_KEPT) if a is PARENT else a
                  for i, (p, a) in enumerate(zip(node.parents, args)))
-
-
-def backward_remat(trace: Trace, seeds, retain: bool = False) -> None:
-    """The reverse pass of a trace where some values were not kept (see module doc).
-
-    Same visiting order and accumulation as ``_trace.backward``, so gradients
-    are bitwise identical; dropped values are recomputed on first use.
-    """
-    st = trace.remat
-    for node, g in seeds:
-        _accumulate(node, g)
-    nodes = trace.nodes
-    order = reversed(nodes) if retain else _popping(nodes)
-    mat = st.materialized
-    impls = st.impls
-    _count_uses(st, nodes)
-    try:
-        for node in order:
-            g = node.g
-            if g is None:
-                if _counted(node):
-                    _release_inputs(st, node, False)
-                if not retain:
-                    node.args = node.ans = None
-                    impls.pop(node, None)
-                    st.pinned.discard(node)
-                elif node in mat:
-                    node.ans = DROPPED
-                    mat.discard(node)
-                continue
-            node.g = None
-            rule = node.rule
-            if rule.select:
-                route_to_slot(node, g)
-                continue
-            ans = node.ans
-            if ans is DROPPED:  # (not recomputed for a VJP that does not read it)
-                ans = _recompute(st, node) if _reads_ans(node) else None
-            args = _values(st, node, rule.saves)
-            if rule.nout > 1:
-                g = rule.fill_cotangents(node.ns, g, ans)
-            parents = node.parents
-            grads = rule.vjp(node.ns, g, ans, args, node.params, parents)
-            del args, ans
-            _release_inputs(st, node, False)
-            for parent, gi in zip(parents, grads):
-                if parent is not None and gi is not None:
-                    _accumulate(parent, gi)
-            del grads
-            if not retain:
-                node.args = node.ans = node.params = None
-                impls.pop(node, None)
-                st.pinned.discard(node)
-            elif node in mat:
-                node.ans = DROPPED
-                mat.discard(node)
-    finally:
-        if retain:
-            for n in mat:
-                n.ans = DROPPED
-        mat.clear()
-        st.uses = {}
-        st.pending = set()
-
-
-def _popping(nodes):
-    while nodes:
-        yield nodes.pop()
 
 
 # ---------------------------------------------------------------------- #

@@ -107,6 +107,16 @@ class _QuietGC:
 quiet_gc = _QuietGC()
 
 
+def _no_checkpointing(trace, strategy) -> None:
+    raise ValueError(f"checkpointing={strategy!r}: no checkpointing strategies are installed")
+
+
+#: ``install_checkpointing(trace, strategy)`` sets up a new trace for a checkpointing
+#: strategy; ``ember.autodiff._checkpoint`` installs its own at import (a hook, so this
+#: module imports nothing of it).
+install_checkpointing = _no_checkpointing
+
+
 class Trace:
     """One level of differentiation: a tape of nodes in recording order."""
 
@@ -124,9 +134,7 @@ class Trace:
         self.saver = None
         self.remat = None
         if checkpointing != "none":
-            from ._checkpoint import install_strategy
-
-            install_strategy(self, checkpointing)
+            install_checkpointing(self, checkpointing)
 
     def __enter__(self):
         quiet_gc.__enter__()
@@ -251,12 +259,14 @@ def backward(trace: Trace, seeds, retain: bool = False) -> None:
 
 
 def backward_quiet(trace: Trace, seeds, retain: bool = False) -> None:
-    """``backward`` for a caller already inside ``quiet_gc`` (a transform's one ``with``)."""
-    if trace.remat is not None:  # some values were not kept: recompute them on the way
-        from ._checkpoint import backward_remat
+    """``backward`` for a caller already inside ``quiet_gc`` (a transform's one ``with``).
 
-        backward_remat(trace, seeds, retain)
-    elif trace.level == 1 and _untracked(seeds):
+    Chooses the value policy of the one loop (:func:`_run`): backend arrays when
+    nothing records the pass (a first-order trace, untracked seeds, every value
+    kept), else wrapper Tensors; a trace that dropped values recomputes them
+    through its ``remat`` hooks.
+    """
+    if trace.remat is None and trace.level == 1 and _untracked(seeds):
         _backward_raw(trace, seeds, retain)
     else:
         _backward_general(trace, seeds, retain)
@@ -271,183 +281,206 @@ def _untracked(seeds) -> bool:
 
 
 def _backward_general(trace: Trace, seeds, retain: bool) -> None:
-    """``backward`` with every VJP run on wrapper tensors, so an outer trace records it."""
-    for node, g in seeds:
-        _accumulate(node, g)
-    nodes = trace.nodes
-    for node in reversed(nodes):
-        g = node.g
-        if g is None:
-            if not retain:
-                node.args = node.ans = None
-            continue
-        node.g = None
-        rule = node.rule
-        if rule.select:
-            route_to_slot(node, g)
-            continue
-        if rule.nout > 1:
-            g = rule.fill_cotangents(node.ns, g, node.ans)
-        parents = node.parents
-        grads = rule.vjp(node.ns, g, node.ans, node.args, node.params, parents)
-        for parent, gi in zip(parents, grads):
-            if parent is not None and gi is not None:
-                old = parent.g
-                parent.g = gi if old is None else old + gi
-        if not retain:  # free what this node saved as soon as it has run
-            node.args = node.ans = node.params = None
-    if not retain:
-        nodes.clear()
+    """The loop with every VJP run on wrapper Tensors, so an outer trace records it."""
+    _run(trace, seeds, retain, False)
 
 
 def _backward_raw(trace: Trace, seeds, retain: bool) -> None:
-    """``backward`` when nothing records it: the VJPs run on backend arrays.
+    """The loop on backend arrays, for a pass nothing records (see :func:`_run`)."""
+    _run(trace, seeds, retain, True)
 
-    Why: the backward pass of a first-order transform with an untracked
-    cotangent is not itself differentiated, so wrapping every intermediate
-    cotangent in a Tensor is pure overhead. On a level-1 trace every saved
-    value is an untracked Tensor (or a constant); this loop unwraps them,
-    calls each rule with the backend namespace (``rule.raw``; rules that need
-    the wrapper get wrapped values) and accumulates plain arrays. The leaves
-    keep plain arrays too (the transforms wrap them, see
-    ``func._transforms._gradients``). Same visiting order and accumulation
-    as the general loop, so the results are the same.
 
-    Nodes of one- and two-argument rules without parameters (the elementwise
-    ops) take a branch that calls the per-argument VJPs directly.
+class _NeverAValue:
+    """A class no value has: with ``T`` set to it, the loop's ``a._value if a.__class__ is T
+    else a`` leaves wrapper Tensors as they are (the wrapped policy)."""
 
+
+def _run(trace: Trace, seeds, retain: bool, raw: bool) -> None:
+    """The one reverse loop; ``raw`` chooses the value policy.
+
+    ``raw=True``: the pass is not itself differentiated (a first-order trace,
+    untracked seeds), so wrapping every intermediate cotangent in a Tensor
+    would be pure overhead: the loop unwraps the saved values, calls each rule
+    with the backend namespace (rules registered ``raw=False`` get wrapped
+    values) and accumulates plain arrays; the transforms wrap the leaves'.
     Accumulation writes in place into buffers the loop itself made (``owned``:
     a sum of two cotangents, or a scatter accumulator), which no one else can
     see; a rule with a ``scatter`` (``getitem``) adds its cotangent straight
     into such an accumulator instead of building a zero array per use.
+
+    ``raw=False``: every value stays a wrapper Tensor and the rules get the
+    wrapper namespace, so an outer trace records the pass (higher order).
+
+    A trace that did not keep some values (checkpointing) has ``trace.remat``:
+    its hooks order the visit, give each VJP its (recomputed) values and drop
+    them again when their reads are done (``_checkpoint._State``).
+
+    Nodes of one- and two-argument rules without parameters (the elementwise
+    ops) take a branch that calls the per-argument VJPs directly. Both
+    policies visit in the same order and accumulate in the same order, so
+    their results are the same.
     """
-    for node, g in seeds:  # (_accumulate, inline)
-        g = g._value
-        node.g = g if node.g is None else node.g + g
+    remat = trace.remat
+    if raw:
+        for node, g in seeds:
+            g = g._value
+            node.g = g if node.g is None else node.g + g
+        owned: set | None = set()  # nodes whose g is a buffer this loop made: safe to write into
+    else:
+        for node, g in seeds:
+            _accumulate(node, g)
+        owned = None
     nodes = trace.nodes
-    owned: set = set()  # nodes whose g is a buffer this loop made: safe to write into
+    order = reversed(nodes) if remat is None else remat.begin(nodes, retain)
     ns = T = R = None
-    for node in reversed(nodes):
-        g = node.g
-        if g is None:
-            if not retain:
-                node.args = node.ans = None
-            continue
-        node.g = None
-        rule = node.rule
-        if node.ns is not ns:
-            ns = node.ns
-            T = ns._Tensor
-            R = ns._dispatch.raw_ns
-        args = node.args
-        k = rule.arity
-        if k and len(args) == k and not node.params:
-            fns = rule.fns
-            ans = node.ans
-            if ans is not None:  # (None: the VJPs do not read it, Rule.saves)
-                ans = ans._value
-            try:
-                if k == 1:
-                    (a,) = args
-                    gi = fns[0](R, g, ans, a._value if a.__class__ is T else a)
-                    p = node.parents[0]
-                    if p.g is None:
-                        p.g = gi
+    writes = False
+    try:
+        for node in order:
+            g = node.g
+            if g is None:
+                if remat is not None:
+                    remat.skip(node, retain)
+                elif not retain:
+                    node.args = node.ans = None
+                continue
+            node.g = None
+            rule = node.rule
+            if node.ns is not ns:
+                ns = node.ns
+                if raw:
+                    T = ns._Tensor
+                    R = ns._dispatch.raw_ns
+                    writes = R._writes
+                else:
+                    T, R = _NeverAValue, ns
+            args = node.args
+            k = rule.arity
+            if k and len(args) == k and not node.params and remat is None:
+                fns = rule.fns
+                ans = node.ans
+                if ans.__class__ is T:  # (None: the VJPs do not read it, Rule.saves)
+                    ans = ans._value
+                try:
+                    if k == 1:
+                        (a,) = args
+                        gi = fns[0](R, g, ans, a._value if a.__class__ is T else a)
+                        p = node.parents[0]
+                        if p.g is None:
+                            p.g = gi
+                        else:
+                            _add(p, gi, owned)
                     else:
-                        _add(p, gi, owned)
-                else:
+                        a, b = args
+                        if a.__class__ is T:
+                            a = a._value
+                        if b.__class__ is T:
+                            b = b._value
+                        p, q = node.parents
+                        if p is not None:
+                            f = fns[0]
+                            if f is not None:
+                                gi = f(R, g, ans, a, b)
+                                if p.g is None:
+                                    p.g = gi
+                                else:
+                                    _add(p, gi, owned)
+                        if q is not None:
+                            f = fns[1]
+                            if f is not None:
+                                gi = f(R, g, ans, a, b)
+                                if q.g is None:
+                                    q.g = gi
+                                else:
+                                    _add(q, gi, owned)
+                except Exception as e:
+                    raise _backward_error(rule, e, g, args) from e
+                if not retain:
+                    node.args = node.ans = None
+                continue
+            if rule.select:
+                route_to_slot(node, g)
+                continue
+            parents = node.parents
+            if remat is None:
+                ans = node.ans
+            else:
+                ans, args = remat.values(node)
+            scatter = rule.scatter
+            if scatter is not None and writes:
+                p = parents[0]
+                if p is not None and (p.g is None or p in owned):
+                    x = args[0]
+                    acc = scatter(R, p.g, g, x._value if x.__class__ is T else x, **node.params)
+                    if acc is not None:
+                        p.g = acc
+                        owned.add(p)
+                        if not retain:
+                            node.args = node.ans = node.params = None
+                        continue
+            if not raw:
+                if rule.nout > 1:
+                    g = rule.fill_cotangents(ns, g, ans)
+                grads = rule.vjp(ns, g, ans, args, node.params, parents)
+            elif rule.raw:
+                n = len(args)  # (nn.linear's x, w, b, the loss's z, t: no comprehension's frame)
+                if n == 3:
+                    a, b, c = args
+                    args = (a._value if a.__class__ is T else a, b._value if b.__class__ is T else b,
+                            c._value if c.__class__ is T else c)
+                elif n == 2:
                     a, b = args
-                    if a.__class__ is T:
-                        a = a._value
-                    if b.__class__ is T:
-                        b = b._value
-                    p, q = node.parents
-                    if p is not None:
-                        f = fns[0]
-                        if f is not None:
-                            gi = f(R, g, ans, a, b)
-                            if p.g is None:
-                                p.g = gi
-                            else:
-                                _add(p, gi, owned)
-                    if q is not None:
-                        f = fns[1]
-                        if f is not None:
-                            gi = f(R, g, ans, a, b)
-                            if q.g is None:
-                                q.g = gi
-                            else:
-                                _add(q, gi, owned)
-            except Exception as e:
-                raise _backward_error(rule, e, g, args) from e
-            if not retain:
-                node.args = node.ans = None
-            continue
-        if rule.select:
-            route_to_slot(node, g)
-            continue
-        parents = node.parents
-        ans = node.ans
-        scatter = rule.scatter
-        if scatter is not None and R._writes:
-            p = parents[0]
-            if p is not None and (p.g is None or p in owned):
-                x = args[0]
-                acc = scatter(R, p.g, g, x._value if x.__class__ is T else x, **node.params)
-                if acc is not None:
-                    p.g = acc
-                    owned.add(p)
-                    if not retain:
-                        node.args = node.ans = node.params = None
-                    continue
-        if rule.raw:
-            n = len(args)  # (nn.linear's x, w, b, the loss's z, t: without a comprehension's frame)
-            if n == 3:
-                a, b, c = args
-                args = (a._value if a.__class__ is T else a, b._value if b.__class__ is T else b,
-                        c._value if c.__class__ is T else c)
-            elif n == 2:
-                a, b = args
-                args = (a._value if a.__class__ is T else a, b._value if b.__class__ is T else b)
-            else:
-                args = tuple([a._value if a.__class__ is T else a for a in args])
-            if rule.nout > 1:
-                ans = tuple([a._value for a in ans])
-                g = rule.fill_cotangents(R, g, ans)
-            else:
-                ans = ans._value
-            try:
-                grads = rule.vjp(R, g, ans, args, node.params, parents)
-            except Exception as e:
-                raise _backward_error(rule, e, g, args) from e
-        else:  # the rule needs Tensors: wrap its inputs, unwrap its results
-            wrap = ns._dispatch.make
-            if rule.nout > 1:
-                g = rule.fill_cotangents(ns, [None if x is None else wrap(x, None) for x in g], ans)
-            else:
-                g = wrap(g, None)
-            grads = [None if x is None else x._value if x.__class__ is T else x
-                     for x in rule.vjp(ns, g, ans, args, node.params, parents)]
-        for parent, gi in zip(parents, grads):
-            if parent is not None and gi is not None:
-                if parent.g is None:
-                    parent.g = gi
+                    args = (a._value if a.__class__ is T else a, b._value if b.__class__ is T else b)
                 else:
-                    _add(parent, gi, owned)
-        if not retain:
-            node.args = node.ans = node.params = None
+                    args = tuple([a._value if a.__class__ is T else a for a in args])
+                if rule.nout > 1:
+                    ans = tuple([a._value for a in ans])
+                    g = rule.fill_cotangents(R, g, ans)
+                else:
+                    ans = ans._value
+                try:
+                    grads = rule.vjp(R, g, ans, args, node.params, parents)
+                except Exception as e:
+                    raise _backward_error(rule, e, g, args) from e
+            else:  # the rule needs Tensors: wrap its inputs, unwrap its results
+                wrap = ns._dispatch.make
+                if rule.nout > 1:
+                    g = rule.fill_cotangents(ns, [None if x is None else wrap(x, None) for x in g], ans)
+                else:
+                    g = wrap(g, None)
+                grads = [None if x is None else x._value if x.__class__ is T else x
+                         for x in rule.vjp(ns, g, ans, args, node.params, parents)]
+            if remat is not None:
+                del args, ans
+                remat.release(node)
+            for parent, gi in zip(parents, grads):
+                if parent is not None and gi is not None:
+                    if parent.g is None:
+                        parent.g = gi
+                    else:
+                        _add(parent, gi, owned)
+            del grads
+            if remat is not None:
+                remat.done(node, retain)
+            elif not retain:
+                node.args = node.ans = node.params = None
+    finally:
+        if remat is not None:
+            remat.end(retain)
     if not retain:
         nodes.clear()
 
 
-def _add(node, gi, owned: set) -> None:
+def _add(node, gi, owned: set | None) -> None:
     """``node.g += gi``: in place when the loop made node.g and gi matches it, else a new sum.
 
     A new sum is a buffer nobody else holds, so ``node`` owns it from then on.
     ``+=`` on backends without in-place arithmetic (Dask, JAX) rebinds, which
-    is the same as the sum.
+    is the same as the sum. ``owned`` is None on wrapper Tensors (the sum is recorded).
     """
     old = node.g
+    if owned is None:
+        node.g = old + gi
+        return
     if node in owned and gi.shape == old.shape and gi.dtype == old.dtype:
         old += gi
         node.g = old
