@@ -24,6 +24,7 @@ from .._errors import BackendError, DTypeError, ShapeError
 from . import _api_tables as api
 from .._errors import ConsumedError
 from ._ownership import Owned, as_operand, claim, fail_claims, run_owned, same_twice
+from ..kernels import shapes_fit
 from ._direct import direct_functions
 from ._rules import RULES, SELECT
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
@@ -1022,7 +1023,7 @@ class _Info:
 
 
 def _check_inplace(op, old, new):
-    if new.shape != old.shape:
+    if new.shape != old.shape and not shapes_fit(tuple(new.shape), tuple(old.shape)):  # (NaN sizes)
         raise ShapeError(
             f"{op}: the result has shape {new.shape} but the target has shape {old.shape}; "
             "an in-place operation cannot change the shape of its target. Fix: write "

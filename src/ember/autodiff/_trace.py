@@ -334,6 +334,11 @@ def _run(trace: Trace, seeds, retain: bool, raw: bool) -> None:
     order = reversed(nodes) if remat is None else remat.begin(nodes, retain)
     ns = T = R = None
     writes = False
+    # node -> bool mask of the elements of its cotangent known to be exactly zero (symbolic
+    # zeros: what ``x[key] = v`` overwrote, the side ``where`` did not take). Once there is
+    # one, every node takes the general path, which applies and propagates them.
+    zeros: dict = {}
+    general = remat is not None
     try:
         for node in order:
             g = node.g
@@ -355,7 +360,7 @@ def _run(trace: Trace, seeds, retain: bool, raw: bool) -> None:
                     T, R = _NeverAValue, ns
             args = node.args
             k = rule.arity
-            if k and len(args) == k and not node.params and remat is None:
+            if k and not general and len(args) == k and not node.params:
                 fns = rule.fns
                 ans = node.ans
                 if ans.__class__ is T:  # (None: the VJPs do not read it, Rule.saves)
@@ -401,12 +406,13 @@ def _run(trace: Trace, seeds, retain: bool, raw: bool) -> None:
                 route_to_slot(node, g)
                 continue
             parents = node.parents
+            zmask = zeros.pop(node, None) if zeros else None
             if remat is None:
                 ans = node.ans
             else:
                 ans, args = remat.values(node)
             scatter = rule.scatter
-            if scatter is not None and writes:
+            if scatter is not None and writes and zmask is None:
                 p = parents[0]
                 if p is not None and (p.g is None or p in owned):
                     x = args[0]
@@ -435,7 +441,7 @@ def _run(trace: Trace, seeds, retain: bool, raw: bool) -> None:
                 if rule.nout > 1:
                     ans = tuple([a._value for a in ans])
                     g = rule.fill_cotangents(R, g, ans)
-                else:
+                elif ans.__class__ is T:  # (None: the VJPs do not read it)
                     ans = ans._value
                 try:
                     grads = rule.vjp(R, g, ans, args, node.params, parents)
@@ -449,11 +455,22 @@ def _run(trace: Trace, seeds, retain: bool, raw: bool) -> None:
                     g = wrap(g, None)
                 grads = [None if x is None else x._value if x.__class__ is T else x
                          for x in rule.vjp(ns, g, ans, args, node.params, parents)]
+            masks = None
+            if zmask is not None and rule.elementwise:
+                masks = [zmask] * len(grads)
+                grads = _without_known_zeros(R, grads, zmask)
+            elif rule.zero_masks is not None:
+                gv = g._value if g.__class__ is T else g
+                masks = rule.zero_masks(R, gv, zmask, [a._value if a.__class__ is T else a for a in args],
+                                        node.params)
+                general = True
             if remat is not None:
                 del args, ans
                 remat.release(node)
-            for parent, gi in zip(parents, grads):
+            for i, (parent, gi) in enumerate(zip(parents, grads)):
                 if parent is not None and gi is not None:
+                    if zeros or masks is not None:
+                        _note_zeros(zeros, parent, masks[i] if masks is not None else None, gi)
                     if parent.g is None:
                         parent.g = gi
                     else:
@@ -468,6 +485,33 @@ def _run(trace: Trace, seeds, retain: bool, raw: bool) -> None:
             remat.end(retain)
     if not retain:
         nodes.clear()
+
+
+def _without_known_zeros(ns, grads, zmask):
+    """The cotangents of an elementwise op's inputs, exactly zero where its output's is known
+    to be (``0 * inf`` and ``0 / 0`` in a VJP would make NaN there); inputs broadcast to the
+    output's shape only (a smaller one was summed over the mask already)."""
+    shape = tuple(zmask.shape)
+    return [gi if gi is None or tuple(gi.shape) != shape else ns.where(zmask, ns.zeros_like(gi), gi)
+            for gi in grads]
+
+
+def _note_zeros(zeros: dict, parent, mask, gi) -> None:
+    """Record that ``gi``, about to be added to ``parent.g``, is exactly zero at ``mask`` (None:
+    nowhere known). A parent's cotangent is known zero where every contribution is."""
+    if mask is not None and tuple(mask.shape) != tuple(gi.shape):
+        mask = None
+    if parent.g is None:  # the first contribution
+        if mask is not None:
+            zeros[parent] = mask
+        return
+    old = zeros.get(parent)
+    if old is None:  # an earlier contribution was not masked (or this one is not)
+        return
+    if mask is None:
+        del zeros[parent]
+    else:
+        zeros[parent] = old & mask
 
 
 def _add(node, gi, owned: set | None) -> None:

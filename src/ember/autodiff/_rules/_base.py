@@ -28,8 +28,14 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from .._api_tables import BINARY, UNARY
+
 __all__ = ["Rule", "RULES", "defvjp", "defvjp_all", "COMPUTE", "MEMORY", "Spec", "spec_of",
            "NOT_KEPT"]
+
+#: Rules whose output element depends only on the same element of each (broadcast) input.
+_ELEMENTWISE = frozenset(UNARY + BINARY + ["where", "clip", "astype", "copy", "_relu", "_erf",
+                                           "_gelu_tanh"])
 
 COMPUTE = "compute"
 MEMORY = "memory"
@@ -97,7 +103,7 @@ class Rule:
     """VJP rule of one primitive plus its memory class."""
 
     __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns", "arity",
-                 "scatter", "saves")
+                 "scatter", "saves", "elementwise", "zero_masks")
 
     def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True,
                  raw=True, saves=None, keep_ans=True):
@@ -119,6 +125,14 @@ class Rule:
         # scatter(ns, acc, g, x, **params): add the cotangent into an accumulator of x's shape
         # that the backward loop owns (None: make one), in place; None when it cannot
         self.scatter = None
+        # elementwise: output element i depends on input elements i only (after broadcasting),
+        # so a cotangent known to be zero at some elements stays known zero there for the
+        # inputs of the output's shape (symbolic zeros, see _trace._run)
+        self.elementwise = name in _ELEMENTWISE
+        # zero_masks(ns, g, zmask, args, params): per argument, a bool mask of the elements
+        # whose cotangent this op makes exactly zero (the ones ``x[key] = v`` overwrote, the
+        # unselected side of ``where``), or None; ``zmask``: the output's own known zeros
+        self.zero_masks = None
         # None: the node keeps every argument and its result; else one code per argument
         # (_SAVES) and whether it keeps its result, read by the namespace's fast paths
         self.saves = None

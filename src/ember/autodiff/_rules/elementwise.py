@@ -37,7 +37,7 @@ import cmath
 import math
 
 from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place
-from ._base import defvjp
+from ._base import RULES, defvjp
 from ._util import cj, count, expand_reduced, fit, products_exact, select
 
 _LN2 = math.log(2.0)
@@ -241,6 +241,20 @@ defvjp(
     lambda ns, g, ans, c, x1, x2: fit(ns, select(ns, c, g), x1),
     lambda ns, g, ans, c, x1, x2: fit(ns, select(ns, ns.logical_not(c), g), x2),
 )
+
+
+def _where_zeros(ns, g, zmask, args, params):
+    """x1's cotangent is zero where ``c`` is False, x2's where it is True (plus the output's
+    own known zeros): a NaN computed on the side ``where`` did not take stays out of the
+    gradient."""
+    c = ns.broadcast_to(args[0], tuple(g.shape))
+    m1, m2 = ns.logical_not(c), c
+    if zmask is not None:
+        m1, m2 = ns.logical_or(m1, zmask), ns.logical_or(m2, zmask)
+    return [None, m1, m2]
+
+
+RULES["where"].zero_masks = _where_zeros
 
 
 def _clip_x(ns, g, ans, x, lo, hi):

@@ -78,6 +78,14 @@ def _setitem_x(ns, g, ans, x, value, *, key):
     return ns._setitem(g, 0, key=key)
 
 
+def _setitem_zeros(ns, g, zmask, args, params):
+    """``x[key] = v``: x's cotangent is zero at the elements the write replaced (and wherever
+    the result's own is known zero), so what x held there, a NaN included, stays out."""
+    m = ns.zeros(tuple(g.shape), dtype=ns.bool) if zmask is None else ns.asarray(zmask, copy=True)
+    m[params["key"]] = True
+    return [m, None]
+
+
 def _setitem_v(ns, g, ans, x, value, *, key):
     return fit(ns, g[key], value)
 
@@ -133,7 +141,7 @@ def _getitem_scatter(ns, acc, g, x, *, key):
 
 # these VJPs use the wrapper's functional updates (ns._setitem, ns._index_add): raw=False
 defvjp("getitem", _getitem, raw=False).scatter = _getitem_scatter
-defvjp("setitem", _setitem_x, _setitem_v, raw=False)
+defvjp("setitem", _setitem_x, _setitem_v, raw=False).zero_masks = _setitem_zeros
 defvjp("index_add", lambda ns, g, ans, x, v, *, key: g,
        lambda ns, g, ans, x, v, *, key: fit(ns, g[key], v), raw=False)
 # Dask's x[mask] at unknown sizes (_getitem): its cotangent scattered back, and that one's VJP
