@@ -42,6 +42,7 @@ SCRIPTS = (
     "mlp",
     "long_chain",
     "higher_order",
+    "forward_mode",
     "graph",
     "cnn",
     "transformer",

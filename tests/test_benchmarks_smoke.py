@@ -174,6 +174,8 @@ def _check_json(path, name, unit, impls):
          "ms/step"),
         ("graph", lambda m: m.workloads(n_ops=40), "numpy,ember-grad", "us/op"),
         ("higher_order", lambda m: m.workloads(peers=("ember",)), "ember-grad,ember-grad2", "us/op"),
+        ("forward_mode", lambda m: m.workloads()[:1], "ember-forward,ember-jvp", "us/op"),
+        ("forward_mode", lambda m: m.workloads()[1:], "ember-forward,ember-jvp", "ms/call"),
     ],
 )
 def test_workload_scripts_tiny(script, make, only, unit, tmp_path, monkeypatch):

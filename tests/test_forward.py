@@ -179,19 +179,14 @@ def _best(fn, reps=7):
 
 
 @pytest.mark.slow  # timing: meaningful only on an idle machine
-def test_transposed_jvp_cost_is_close_to_direct():
-    """The transposition JVP costs a small multiple of a hand-written direct JVP.
-
-    Direct: forward pass plus tangent propagation written by hand (what a
-    per-rule JVP would do). Measured on an MLP layer stack with 256x256
-    matrices (compute dominated); the ratio printed is what docs/gradients.md
-    reports.
-    """
+def test_jvp_equals_a_hand_written_tangent_propagation():
+    """Native forward mode gives the tangent a hand-written propagation gives (its cost
+    against a plain forward pass is measured in benchmarks/forward_mode.py)."""
     xp = ember.autodiff.namespace("numpy")
     r = np.random.default_rng(0)
-    Ws = [T(xp, r.standard_normal((256, 256)) / 16) for _ in range(4)]
-    x = T(xp, r.standard_normal((64, 256)))
-    v = T(xp, r.standard_normal((64, 256)))
+    Ws = [T(xp, r.standard_normal((32, 32)) / 6) for _ in range(4)]
+    x = T(xp, r.standard_normal((8, 32)))
+    v = T(xp, r.standard_normal((8, 32)))
 
     def f(h):
         for W in Ws:
@@ -205,12 +200,7 @@ def test_transposed_jvp_cost_is_close_to_direct():
             t = (1 - h * h) * xp.matmul(t, W)
         return h, t
 
-    ref = direct()[1]
-    got = jvp(f, (x,), (v,))[1]
+    ref_out, ref = direct()
+    out, got = jvp(f, (x,), (v,))
+    np.testing.assert_allclose(_np(out), _np(ref_out), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(_np(got), _np(ref), rtol=1e-10, atol=1e-12)
-    t_direct = _best(direct)
-    t_vjp = _best(lambda: ember.vjp(f, x)[1](v))
-    t_jvp = _best(lambda: jvp(f, (x,), (v,)))
-    print(f"direct {t_direct * 1e3:.2f} ms, vjp {t_vjp * 1e3:.2f} ms, transposed jvp {t_jvp * 1e3:.2f} ms, "
-          f"ratio {t_jvp / t_direct:.2f}")
-    assert t_jvp < 6 * t_direct

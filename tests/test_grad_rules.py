@@ -29,6 +29,7 @@ from _gradcheck import (
     broadcast_pair,
     check_complex_grad,
     check_hvp,
+    check_jvp,
     check_vjp,
     distinct,
     namespace,
@@ -722,6 +723,21 @@ def _run_case(lib, strat, fn, kw, data):
 @given(data=st.data())
 def test_rule_matches_finite_differences_long(lib, strat, fn, kw, data):
     _run_case(lib, strat, fn, kw, data)
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+@pytest.mark.parametrize("strat,fn,kw", CASES)
+@settings(max_examples=max(EXAMPLES // 2, 3), **SETTINGS)
+@given(data=st.data())
+def test_forward_mode_matches_finite_differences(lib, strat, fn, kw, data):
+    """Native forward mode (each rule's JVP, or its transposed VJP) on every table case."""
+    kw = dict(kw)
+    if lib not in kw.pop("backends", BACKENDS):
+        pytest.skip(f"not supported by {lib}")
+    xp = namespace(lib)
+    args = data.draw(strat, label="args")
+    with np.errstate(all="ignore"):
+        check_jvp(xp, lambda *a: fn(xp, *a), list(args), **kw)
 
 
 @pytest.mark.parametrize("strat,fn,kw", CASES)

@@ -7,13 +7,16 @@ builds one for any other array-API backend.
 
 from ._namespace import namespace
 from ._rules import COMPUTE, MEMORY, RULES, Rule, defvjp, defvjp_all
+from ._rules._base import defjvp
 from ._rules._base import Spec
 from ._rules._util import fit as unbroadcast
 from ._tensor import Tensor, raw_value
 from ._trace import Trace
 from ._checkpoint import memory_report
 from ._primitive import Primitive, primitive
+from ._jvp import forward_trace, leaf as track_forward, tangent_of
 
 __all__ = ["namespace", "Tensor", "Trace", "RULES", "Rule", "defvjp", "defvjp_all", "Spec", "COMPUTE", "MEMORY", "memory_report",
-           "primitive", "Primitive", "unbroadcast",
+           "primitive", "Primitive", "unbroadcast", "defjvp", "forward_trace",
+           "track_forward", "tangent_of",
            "raw_value"]

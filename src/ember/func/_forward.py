@@ -1,15 +1,13 @@
 """Forward mode and Jacobians: jvp, jacfwd, jacrev, hessian, hvp.
 
-ember has no per-rule JVPs. A Jacobian-vector product comes from the
-*transposition* of reverse mode: for ``out, pull = vjp(f, x)``, the map
-``u -> pull(u) = J^T u`` is linear in ``u``, so its own VJP with cotangent
-``v`` is ``(J^T)^T v = J v``. Every VJP rule is written with the wrapper
-namespace, so ``pull`` can be traced, and every rule automatically has a
-JVP: one forward pass of ``f``, one recorded backward pass, and one backward
-pass of that backward pass (about three times the cost of ``f`` plus tape
-overhead, the same order as a direct JVP, which also costs about three
-times ``f``). The transposed tape is kept, so many tangents at the same
-point (``jacfwd``) pay the first two passes once.
+``jvp`` runs ``f`` once on a forward trace (``ember.autodiff.forward_trace``):
+every op computes its output's tangent as it runs, from the rule's JVP (or,
+for a rule without one, from its VJP: see ``ember.autodiff``'s forward mode),
+and no tape is kept. ``jacfwd`` is one such pass per input element; ``hvp`` is
+forward-over-reverse (``jvp`` of ``grad``). ``linearize_transpose`` keeps the
+older construction by transposing reverse mode (``J v`` as the VJP of
+``u -> J^T u``), whose linear map can be applied many times after one
+forward pass.
 
 All transforms take and return structures (``ember.tree``), accept raw
 backend arrays (results then come back raw) and nest with each other and
@@ -25,7 +23,7 @@ import math
 from typing import Any, Callable, Sequence
 
 from .. import tree as _tree
-from ..autodiff import Tensor, namespace
+from ..autodiff import Tensor, forward_trace, namespace, tangent_of, track_forward
 from ..kernels import shapes_fit
 from ..autodiff._tensor import raw_value
 from ._transforms import grad, vjp
@@ -123,11 +121,35 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
     raw = _any_raw(primals)
     tp = _tree.map(_as_tensor, primals)
     tt = _tree.map(_as_tensor, tangents)
-    out, push = _transpose_vjp(f, tp)
-    t_out = push(tt)
+    out, t_out = _forward(f, tp, tt)
     if raw:
         out, t_out = _tree.map(_to_raw, out), _tree.map(_to_raw, t_out)
     return out, t_out
+
+
+def _forward(f: Callable, primals: tuple, tangents: tuple):
+    """``(f(*primals), its tangent)``: one pass of ``f`` on a forward trace."""
+    trace = forward_trace()
+    p_leaves, p_def = _tree.flatten(primals)
+    t_leaves = _tree.leaves(tangents)
+    with trace:
+        tracked = [track_forward(trace, p, t) if _diff(p) else p for p, t in zip(p_leaves, t_leaves)]
+        try:
+            out = f(*_tree.unflatten(p_def, tracked))
+        finally:
+            trace.nodes.clear()  # (the select nodes of multi-output ops)
+
+    def split(o):
+        node = o._node if isinstance(o, Tensor) else None
+        if node is None or node.trace is not trace:
+            return o, (type(o)._ns.zeros_like(o) if _diff(o) else o)
+        value = o._value
+        t = tangent_of(node)
+        return value, (type(value)._ns.zeros_like(value) if t is None else t)
+
+    o_leaves, o_def = _tree.flatten(out)
+    flat = [split(o) for o in o_leaves]
+    return _tree.unflatten(o_def, [v for v, _ in flat]), _tree.unflatten(o_def, [t for _, t in flat])
 
 
 def linearize_transpose(f: Callable, *primals: Any):
@@ -254,9 +276,8 @@ def jacfwd(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """Jacobian of ``f`` by forward mode: one JVP per input element.
 
     Same result layout as :func:`jacrev` (output leaf shape, then input leaf
-    shape). The JVPs come from the transposed reverse pass, built once per
-    call and reused for every input direction. Best when inputs are fewer
-    than outputs.
+    shape). One forward-mode pass (:func:`jvp`) per input element. Best when
+    inputs are fewer than outputs.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> ember.func.jacfwd(lambda x: xp.sin(x))(xp.asarray([0.0])).raw.tolist()
@@ -268,13 +289,17 @@ def jacfwd(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     def wrapped(*args):
         args, raw = _tensor_args(args, nums)
         ins = tuple(args[i] for i in nums)
-        out, push = _transpose_vjp(_partial(f, args, nums), ins)
+        g = _partial(f, args, nums)
+        out = None
+        cols = {}  # (in_leaf, out_leaf) -> list of columns
+        for j, _, t in _one_hot_trees(ins):  # one forward-mode pass per input element
+            out, tan = _forward(g, ins, t)
+            for oi, col in enumerate(_tree.leaves(tan)):
+                cols.setdefault((j, oi), []).append(col)
+        if out is None:  # no input element: the function once, for its output's layout
+            out = g(*ins)
         out_leaves, out_def = _tree.flatten(out)
         in_leaves, in_def = _tree.flatten(ins)
-        cols = {}  # (in_leaf, out_leaf) -> list of columns
-        for j, _, t in _one_hot_trees(ins):
-            for oi, col in enumerate(_tree.leaves(push(t))):
-                cols.setdefault((j, oi), []).append(col)
         per_out = []
         for oi, o in enumerate(out_leaves):
             if not _diff(o):
@@ -318,9 +343,9 @@ def hessian(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 def hvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
     """Hessian-vector product of scalar ``f`` at ``primals`` along ``tangents``.
 
-    Returns a tuple with one entry per primal (the structure of each). Uses
-    reverse-over-reverse (``grad`` of ``<grad f, v>``): two passes of
-    reverse mode, no Hessian is formed.
+    Returns a tuple with one entry per primal (the structure of each).
+    Forward over reverse: one forward-mode pass over ``grad(f)`` (its forward
+    and backward passes carry tangents), no Hessian is formed.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> ember.func.hvp(lambda x: xp.sum(x ** 3), (xp.asarray([1.0, 2.0]),), (xp.asarray([1.0, 0.0]),))[0].raw.tolist()
@@ -335,16 +360,5 @@ def hvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
     tp = _tree.map(_as_tensor, primals)
     tt = _tree.map(_as_tensor, tangents)
     nums = tuple(range(len(tp)))
-    gradf = grad(f, argnums=nums)
-
-    def inner(*xs):
-        gs = gradf(*xs)
-        total = None
-        for g, v in zip(_tree.leaves(gs), _tree.leaves(tt)):
-            if isinstance(g, Tensor) and isinstance(v, Tensor):
-                term = type(g)._ns.sum(g * v)
-                total = term if total is None else total + term
-        return total if total is not None else 0.0
-
-    res = grad(inner, argnums=nums)(*tp)
+    res = _forward(grad(f, argnums=nums), tp, tt)[1]  # forward over reverse: jvp of the gradient
     return _tree.map(_to_raw, res) if raw else res

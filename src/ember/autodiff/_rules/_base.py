@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 from .._api_tables import BINARY, UNARY
 
-__all__ = ["Rule", "RULES", "defvjp", "defvjp_all", "COMPUTE", "MEMORY", "Spec", "spec_of",
+__all__ = ["Rule", "RULES", "defvjp", "defvjp_all", "defjvp", "COMPUTE", "MEMORY", "Spec", "spec_of",
            "NOT_KEPT"]
 
 #: Rules whose output element depends only on the same element of each (broadcast) input.
@@ -103,7 +103,7 @@ class Rule:
     """VJP rule of one primitive plus its memory class."""
 
     __slots__ = ("name", "vjp", "bound", "nout", "select", "deterministic", "raw", "fns", "arity",
-                 "scatter", "saves", "elementwise", "zero_masks")
+                 "scatter", "saves", "elementwise", "zero_masks", "jvp")
 
     def __init__(self, name, vjp, bound=MEMORY, nout=1, select=False, deterministic=True,
                  raw=True, saves=None, keep_ans=True):
@@ -133,6 +133,9 @@ class Rule:
         # whose cotangent this op makes exactly zero (the ones ``x[key] = v`` overwrote, the
         # unselected side of ``where``), or None; ``zmask``: the output's own known zeros
         self.zero_masks = None
+        # jvp(ns, tangents, ans, args, params): the forward-mode rule, where one is written
+        # (defjvp); None: forward mode derives the tangent (autodiff/_jvp.py)
+        self.jvp = None
         # None: the node keeps every argument and its result; else one code per argument
         # (_SAVES) and whether it keeps its result, read by the namespace's fast paths
         self.saves = None
@@ -215,6 +218,19 @@ def defvjp(name: str, *fns: Callable | None, bound: str = MEMORY, nout: int = 1,
     rule = Rule(name, _per_argument(fns), bound=bound, nout=nout, raw=raw, saves=saves,
                 keep_ans=keep_ans)
     RULES[name] = rule
+    return rule
+
+
+def defjvp(name: str, jvp: Callable) -> Rule:
+    """Register ``jvp(ns, tangents, ans, args, params)`` as the forward-mode rule of ``name``.
+
+    ``tangents[i]`` is the tangent of ``args[i]`` (None: zero); a multi-output
+    rule returns one tangent per output. Written with ``ns``, it is recorded by
+    outer traces like a VJP. Without one, forward mode derives the tangent
+    (elementwise, linear and bilinear ops; else the VJP transposed).
+    """
+    rule = RULES[name]
+    rule.jvp = jvp
     return rule
 
 

@@ -37,7 +37,7 @@ import cmath
 import math
 
 from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place
-from ._base import RULES, defvjp
+from ._base import RULES, defjvp, defvjp
 from ._util import cj, count, expand_reduced, fit, products_exact, select
 
 _LN2 = math.log(2.0)
@@ -307,6 +307,9 @@ defvjp("_gelu_tanh", _gelu_tanh_dx)
 # nn.softmax / nn.log_softmax (one primitive each): y = softmax(x), l = log_softmax(x)
 defvjp("_softmax", lambda ns, g, ans, x, *, axis: ans * (g - ns.sum(g * ans, axis=axis, keepdims=True)))
 defvjp("_log_softmax", lambda ns, g, ans, x, *, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True))
+defjvp("_softmax", lambda ns, ts, ans, args, p: ans * (ts[0] - ns.sum(ans * ts[0], axis=p["axis"], keepdims=True)))
+defjvp("_log_softmax", lambda ns, ts, ans, args, p: ts[0] - ns.sum(ns.exp(ans) * ts[0], axis=p["axis"],
+                                                                    keepdims=True))
 
 
 def shifted_exp(ns, z, axis):
@@ -354,4 +357,24 @@ def _ce_targets(ns, g, ans, z, t, *, axis, reduction="none", dz=None, dz_unit=No
 
 
 defvjp("_softmax_cross_entropy", _ce_logits, _ce_targets)
+
+
+def _ce_jvp(ns, tangents, ans, args, params):
+    """The loss's tangent: per row ``<dz, tz> - <tt, log_softmax(z)>``, reduced as the loss."""
+    z, t = args
+    tz, tt = tangents
+    axis, reduction = params["axis"], params.get("reduction", "none")
+    s, e, total = shifted_exp(ns, z, axis)
+    rows = None
+    if tz is not None:
+        rows = ns.sum(ce_dz(ns, t, e, total, axis) * tz, axis=axis)
+    if tt is not None:
+        part = -ns.sum(tt * (s - ns.log(total)), axis=axis)
+        rows = part if rows is None else rows + part
+    if reduction == "sum":
+        return ns.sum(rows)
+    return ns.mean(rows) if reduction == "mean" else rows
+
+
+defjvp("_softmax_cross_entropy", _ce_jvp)
 defvjp("_to_device", lambda ns, g, ans, x: g.to_device(x.device), raw=False)  # Tensor.to_device

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ._base import COMPUTE, defvjp, defvjp_all
+from ._base import COMPUTE, defjvp, defvjp, defvjp_all
 from ._util import as_rows, cj, fit, select, select_summed
 
 
@@ -164,3 +164,23 @@ def _linear_vjp(ns, g, ans, args, params, parents):
 
 # nn.linear: matmul, bias and ReLU as one node (checked by check_linear; b may be None)
 defvjp_all("_linear", _linear_vjp, bound=COMPUTE)
+
+
+def _linear_jvp(ns, tangents, ans, args, params):
+    """``tz = tx @ w^T + x @ tw^T + tb``, masked by the ReLU (``relu=True``) as its VJP is."""
+    x, w, _ = args
+    tx, tw, tb = tangents
+    tz = None
+    if tx is not None:
+        tz = ns.matmul(tx, ns.matrix_transpose(w))
+    if tw is not None:
+        part = ns.matmul(x, ns.matrix_transpose(tw))
+        tz = part if tz is None else tz + part
+    if tb is not None:
+        tz = tb if tz is None else tz + tb
+    if tz.shape != ans.shape:
+        tz = ns.broadcast_to(tz, ans.shape)
+    return select(ns, ans > 0, tz) if params.get("relu") else tz
+
+
+defjvp("_linear", _linear_jvp)

@@ -1,0 +1,259 @@
+"""Forward mode: each op's tangent computed as the op runs (one pass, no tape kept).
+
+A forward trace is a :class:`~ember.autodiff.Trace` whose *interpreter* (the
+``saver`` hook every recorded op calls, see ``_namespace``) computes the new
+node's tangent from its inputs' tangents right away, stores it in the node's
+``g`` and drops the tape: the dispatcher, its fast paths and the nesting by
+levels are the reverse mode's, so forward mode composes with ``grad`` both
+ways (``jvp(grad(f))``, ``grad`` of a ``jvp``) at no cost to reverse mode.
+
+The tangent of one op, in the order tried:
+
+1. the rule's own JVP (``defjvp``; ``jvp(ns, tangents, ans, args, params)``);
+2. elementwise ops: from the per-argument VJPs, which are the diagonal of the
+   Jacobian: ``t * d`` is the VJP of cotangent ``t`` at inputs broadcast to the
+   output's shape (conjugated around it for holomorphic complex ops); on backend
+   arrays where nothing records the tangent, as the first-order backward does;
+3. linear ops (reshape, sum, getitem, fft, ...): the op applied to the tangents;
+4. bilinear ops (matmul, tensordot, vecdot, outer, cross): ``op(ta, b) + op(a, tb)``;
+5. any other rule: its VJP transposed, one op at a time: ``J t`` is the gradient
+   in ``u`` of ``<VJP(u), t>`` (a reverse pass over that one op).
+
+Tangents are computed with the namespace one level down, so outer traces
+record them (higher order).
+"""
+
+from __future__ import annotations
+
+from ._tensor import Tensor
+from ._trace import LeafNode, SelectNode, Trace, backward
+
+__all__ = ["forward_trace", "leaf", "tangent_of", "LINEAR", "BILINEAR"]
+
+#: Ops linear in their floating array arguments (other arguments pass unchanged).
+LINEAR = frozenset("""
+    add subtract negative positive real imag conj astype copy where
+    reshape permute_dims matrix_transpose expand_dims squeeze flip roll broadcast_to tile repeat
+    getitem setitem index_add take take_along_axis concat stack sum mean cumulative_sum
+    tril triu mask_scatter mask_gather with_sharding _to_device
+    linalg.matrix_transpose linalg.diagonal linalg.trace
+    fft.fft fft.ifft fft.fftn fft.ifftn fft.rfft fft.irfft fft.rfftn fft.irfftn fft.hfft fft.ihfft
+    fft.fftshift fft.ifftshift
+""".split())
+#: Ops linear in each of their two array arguments separately.
+BILINEAR = frozenset("matmul tensordot vecdot linalg.matmul linalg.tensordot linalg.vecdot "
+                     "linalg.outer linalg.cross".split())
+#: Elementwise ops whose complex derivative is not a complex number (not holomorphic): the
+#: conjugation trick of the elementwise family does not hold for them on complex inputs.
+NOT_HOLOMORPHIC = frozenset("abs sign angle".split())
+
+def tangent_of(node):
+    """The tangent held for ``node`` of a forward trace (None: zero)."""
+    if node is None:
+        return None
+    if node.__class__ is SelectNode:
+        slots = node.parents[0].g
+        return None if slots is None else slots[node.index]
+    return node.g
+
+
+def _interpret(node, impl) -> None:
+    """The forward trace's hook (its ``saver``): the tangent of each op as it is recorded."""
+    node.trace.nodes.clear()  # no tape: each node lives as long as its result does
+    tangents = [tangent_of(p) for p in node.parents]
+    for t in tangents:
+        if t is not None:
+            node.g = _jvp(node, impl, tangents)
+            break
+    node.args = node.params = None
+
+
+def forward_trace() -> Trace:
+    """A new trace whose ops compute tangents as they run (enter it with ``with``).
+
+    Its inputs are tracked tensors whose :class:`LeafNode` holds their tangent
+    in ``g``; a result's tangent is :func:`tangent_of` its node.
+    """
+    tr = Trace()
+    tr.saver = _interpret
+    return tr
+
+
+def leaf(trace: Trace, x: Tensor, tangent) -> Tensor:
+    """``x`` tracked on forward trace ``trace`` with ``tangent`` (a Tensor one level down)."""
+    ns = type(x)._ns
+    node = LeafNode(trace, ns)
+    node.g = tangent
+    return ns._dispatch.make(x, node)
+
+
+# ---------------------------------------------------------------------- the tangent of one op
+def _jvp(node, impl, tangents):
+    rule, ns = node.rule, node.ns
+    name = rule.name
+    own = rule.jvp
+    if own is not None:
+        return own(ns, tangents, node.ans, node.args, node.params)
+    elementwise = rule.elementwise and rule.nout == 1
+    if elementwise and rule.fns is not None:  # the common case first, on backend arrays
+        out = _elementwise_raw(node, rule.fns, tangents)
+        if out is not None:
+            return out
+    if name in LINEAR:
+        return _linear(node, impl, tangents)
+    if name in BILINEAR:
+        return _bilinear(node, impl, tangents)
+    if elementwise:
+        out = _elementwise(node, tangents)
+        if out is not None:
+            return out
+    return _transposed(node, tangents)
+
+
+def _zero_or_arg(ns, a, t, data):
+    """What a linear op gets for argument ``a`` with tangent ``t``: the tangent, a zero for a
+    constant in a data position (a summand, a branch of ``where``), the argument itself in
+    other positions (indices, conditions)."""
+    if t is not None:
+        return t
+    if not data:
+        return a
+    if isinstance(a, Tensor):
+        return ns.zeros_like(a)
+    if isinstance(a, (int, float, complex)) and not isinstance(a, bool):
+        return 0 * a
+    return a
+
+
+def _linear(node, impl, tangents):
+    ns = node.ns
+    fns = getattr(node.rule.vjp, "fns", None)  # per-argument VJPs: None marks a non-data position
+    data = [True] * len(tangents) if fns is None else \
+        [i < len(fns) and fns[i] is not None for i in range(len(tangents))]
+    args = [_zero_or_arg(ns, a, t, k) for a, t, k in zip(node.args, tangents, data)]
+    return ns._dispatch.call(node.rule.name, impl, tuple(args), node.params)
+
+
+def _bilinear(node, impl, tangents):
+    ns = node.ns
+    call = ns._dispatch.call
+    a, b = node.args
+    ta, tb = tangents
+    out = None if ta is None else call(node.rule.name, impl, (ta, b), node.params)
+    if tb is not None:
+        right = call(node.rule.name, impl, (a, tb), node.params)
+        out = right if out is None else out + right
+    return out
+
+
+def _is_complex(ns, x) -> bool:
+    return isinstance(x, Tensor) and ns.isdtype(x.dtype, "complex floating") or isinstance(x, complex)
+
+
+def _elementwise_raw(node, fns, tangents):
+    """The elementwise form on backend arrays, where nothing records the tangent (untracked
+    real inputs and tangents of the output's shape, the common case): the per-argument VJPs
+    called with the backend namespace, as the first-order backward loop does. None: the
+    general form decides."""
+    ans = node.ans
+    d = node.ns._dispatch
+    T = d.T
+    if ans.__class__ is not T or ans._node is not None:
+        return None
+    av = ans._value
+    reals = d.real_floats
+    if av.dtype not in reals:
+        return None
+    shape = av.shape
+    raw = []
+    for a in node.args:
+        if a.__class__ is T:
+            if a._node is not None or a._value.shape != shape or a._value.dtype not in reals:
+                return None
+            raw.append(a._value)
+        elif a.__class__ is float or a.__class__ is int:
+            raw.append(a)
+        else:
+            return None
+    if len(fns) != len(raw):
+        return None
+    R = d.raw_ns
+    out = None
+    for f, t in zip(fns, tangents):
+        if t is None:
+            continue
+        if f is None or t.__class__ is not T or t._node is not None or t._value.shape != shape:
+            return None
+        term = f(R, t._value, av, *raw)
+        out = term if out is None else out + term
+    if out is None:
+        return None
+    if out.dtype != av.dtype:
+        out = R.astype(out, av.dtype)
+    return d.wrap(out)
+
+
+def _elementwise(node, tangents):
+    """``sum_i t_i * d_i`` from the per-argument VJPs (the diagonal of the Jacobian); None where
+    that does not hold (non-holomorphic complex ops, shapes a lazy backend does not know)."""
+    ns, ans, args = node.ns, node.ans, node.args
+    fns = getattr(node.rule.vjp, "fns", None)
+    if fns is None or len(fns) != len(args):
+        return None
+    cplx = _is_complex(ns, ans) or any(_is_complex(ns, a) for a in args)
+    if cplx and node.rule.name in NOT_HOLOMORPHIC:
+        return None
+    shape = tuple(ans.shape)
+    try:
+        full = [ns.broadcast_to(a, shape) if isinstance(a, Tensor) and tuple(a.shape) != shape else a
+                for a in args]
+        out = None
+        for f, t, a in zip(fns, tangents, full):
+            if t is None or f is None:
+                continue
+            if tuple(t.shape) != shape:
+                t = ns.broadcast_to(t, shape)
+            term = ns.conj(f(ns, ns.conj(t), ans, *full, **node.params)) if cplx else \
+                f(ns, t, ans, *full, **node.params)
+            out = term if out is None else out + term
+    except (ValueError, TypeError):  # unknown sizes: the transposed VJP instead
+        return None
+    if out is not None and out.dtype != ans.dtype and ns._dispatch.is_differentiable(ans):
+        out = ns.astype(out, ans.dtype)
+    return out
+
+
+def _transposed(node, tangents):
+    """``J t`` as the gradient in ``u`` of ``sum <VJP(u), t>``: one small reverse pass."""
+    rule, ns, ans = node.rule, node.ns, node.ans
+    outs = tuple(ans) if rule.nout > 1 else (ans,)
+    d = ns._dispatch
+    tr = Trace()
+    leaves = []
+    with tr:
+        us = []
+        for o in outs:
+            lf = LeafNode(tr, ns)
+            leaves.append(lf)
+            us.append(d.make(ns.zeros_like(o), lf))
+        g = us if rule.nout > 1 else us[0]
+        present = tuple(None if t is None else True for t in tangents)
+        vjps = rule.vjp(ns, g, ans, node.args, node.params, present)
+        total = None
+        for v, t in zip(vjps, tangents):
+            if v is None or t is None:
+                continue
+            if _is_complex(ns, v) or _is_complex(ns, t):
+                term = ns.sum(ns.real(ns.conj(v) * t))
+            else:
+                term = ns.sum(v * t)
+            total = term if total is None else total + term
+    res = []
+    if total is not None and total.__class__ is type(total)._ns._Tensor and total._node is not None \
+            and total._node.trace is tr:
+        backward(tr, [(total._node, ns.ones_like(total._value))])
+    for o, lf in zip(outs, leaves):
+        g = lf.g
+        res.append(ns.zeros_like(o) if g is None else g)
+    tr.release()
+    return res if rule.nout > 1 else res[0]
