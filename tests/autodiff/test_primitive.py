@@ -153,6 +153,31 @@ def test_consumed_input_gives_the_value_and_is_dead_after(backend):
     np.testing.assert_allclose(_np(g), 2.0 * np.tanh(a))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_primitive_jvp_rule_is_what_forward_mode_uses(backend):
+    xp = _ns(backend)
+    calls = []
+
+    @ember.primitive
+    def cube(xp, x):
+        return x * x * x
+
+    cube.defvjp(lambda xp, g, ans, x: g * 3.0 * x * x)
+
+    def jvp_rule(xp, tangents, ans, x):
+        calls.append(1)
+        return tangents[0] * 3.0 * x * x
+
+    cube.defjvp(jvp_rule)
+    a, v = np.array([-1.5, 0.5, 2.0]), np.array([1.0, -2.0, 0.25])
+    out, t = ember.jvp(lambda x: cube(x), (_to(xp, a),), (_to(xp, v),))
+    assert calls, "forward mode did not call the primitive's own JVP"
+    np.testing.assert_allclose(_np(out), a ** 3)
+    np.testing.assert_allclose(_np(t), 3 * a * a * v)
+    with pytest.raises(TypeError, match="defvjp"):
+        ember.primitive(lambda xp, x: x).defjvp(jvp_rule)
+
+
 def test_primitive_without_vjp_names_itself_and_the_fix():
     xp = _ns("numpy")
 

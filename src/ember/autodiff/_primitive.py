@@ -9,6 +9,7 @@ VJPs registered for it, like HIPS autograd's ``primitive`` + ``defvjp``::
         return xp.log1p(xp.exp(-xp.abs(x))) + xp.maximum(x, 0.0)
 
     softplus.defvjp(lambda xp, g, ans, x: g / (1.0 + xp.exp(-x)))
+    softplus.defjvp(lambda xp, tangents, ans, x: tangents[0] / (1.0 + xp.exp(-x)))  # optional
 
 Both functions get the namespace to compute with as ``xp``: the backend's own
 for the forward and the first-order backward pass, ember's wrapper namespace
@@ -28,7 +29,7 @@ from typing import Any, Callable
 import array_api_compat
 
 from .._errors import NotDifferentiableError
-from ._rules._base import COMPUTE, MEMORY, RULES, defvjp
+from ._rules._base import COMPUTE, MEMORY, RULES, defjvp, defvjp
 from ._tensor import Tensor
 
 __all__ = ["primitive", "Primitive"]
@@ -37,6 +38,10 @@ NO_VJP = (
     "{name}: this ember.primitive has no VJP, so it cannot be differentiated. Register one "
     "per argument with {name}.defvjp(lambda xp, g, ans, *args, **params: ...), or wrap the "
     "argument in ember.stop_gradient if no gradient should flow"
+)
+JVP_BEFORE_VJP = (
+    "{name}.defjvp: register the VJPs first ({name}.defvjp(...)); the JVP is forward mode's "
+    "shortcut for an op reverse mode can already differentiate"
 )
 BAD_BOUND = "ember.primitive: bound must be {compute!r} or {memory!r}, got {bound!r}"
 BAD_VJP_COUNT = (
@@ -79,6 +84,20 @@ class Primitive:
         if not vjps:
             raise TypeError(BAD_VJP_COUNT.format(name=self.name, got=0))
         defvjp(self.key, *vjps, bound=self.bound, saves=saves, keep_ans=keep_ans)
+        return self
+
+    def defjvp(self, jvp: Callable) -> "Primitive":
+        """Register the forward-mode rule ``jvp(xp, tangents, ans, *args, **params)``.
+
+        ``tangents`` has one entry per positional argument (None: zero); the
+        result is the tangent of ``ans``. Without one, forward mode derives the
+        tangent from the VJPs (one small reverse pass per call), so this is an
+        optimisation, not a requirement. Needs the VJPs registered first.
+        """
+        if not self.has_vjp:
+            raise TypeError(JVP_BEFORE_VJP.format(name=self.name))
+        defjvp(self.key, lambda ns, tangents, ans, args, params: jvp(ns, tuple(tangents), ans, *args,
+                                                                     **params))
         return self
 
     @property
