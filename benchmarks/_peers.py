@@ -65,8 +65,14 @@ def ember_ready() -> Iterator[None]:
 
     Why: ember's API may be incomplete while a benchmark already exists; the
     table then says ``ember: n/a (ember API not ready: ...)`` instead of failing.
+    Also opts into ember's process tuning (the GC and malloc thresholds of
+    ``ember.config``), as a training program after speed would.
     """
     try:
+        import ember
+
+        # the process tuning a training program opts into (docs/performance.md)
+        ember.config(gc_threshold=50_000, malloc_trim_threshold=256 << 20)
         yield
     except Skip:
         raise
@@ -124,10 +130,10 @@ def ember_optim_step(ember: Any, value_and_grad: Callable[[Any], tuple[Any, Any]
 
 
 def ember_train_step(ember: Any, loss: Callable[[Any], Any], params: Params, lr: float) -> Step:
-    """``ember.optim.train_step(loss, ember.optim.SGD(lr))`` over ``params``: gradient and update
+    """``ember.training.train_step(loss, ember.optim.SGD(lr))`` over ``params``: gradient and update
     in one call, the new parameters in the gradients' buffers."""
     opt = ember.optim.SGD(lr)
-    train = ember.optim.train_step(loss, opt)
+    train = ember.training.train_step(loss, opt)
     state = {"p": dict(params), "s": opt.init(params)}
 
     def step() -> Any:

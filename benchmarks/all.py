@@ -68,7 +68,7 @@ ACCEPTANCE = (
      "overhead", "ratio", "ember-grad / minimal-tape", 1.36),
     ("untracked_vs_numpy", "untracked op, ember / numpy", "overhead", "ratio",
      "ember-untracked / numpy", 1.6),
-    *((f"mlp_{d}_vs_numpy", f"MLP step {d}, ember (optim.train_step) / hand-written numpy",
+    *((f"mlp_{d}_vs_numpy", f"MLP step {d}, ember (training.train_step) / hand-written numpy",
        f"mlp_{d}", "ratio", "ember-step / numpy", 1.05) for d in MLP_DTYPES),
     ("long_chain_per_op", "long chain per-op time, ember long / 1k chains", "long_chain", "ratio",
      "ember-long / ember-1k", 1.5),
@@ -76,13 +76,13 @@ ACCEPTANCE = (
 
 #: Other headline ratios (no target): (id, label, workload, ratio key).
 HEADLINES = (
-    *((f"mlp_{d}_vs_torch", f"MLP step {d}, ember (optim.train_step) / torch", f"mlp_{d}",
+    *((f"mlp_{d}_vs_torch", f"MLP step {d}, ember (training.train_step) / torch", f"mlp_{d}",
        "ember-step / torch") for d in MLP_DTYPES),
     *((f"mlp_{d}_plain_vs_numpy", f"MLP step {d}, ember value_and_grad + arithmetic update / numpy",
        f"mlp_{d}", "ember / numpy") for d in MLP_DTYPES),
     *((f"mlp_{d}_optim_vs_numpy", f"MLP step {d}, ember with optim.SGD and consumed grads / numpy",
        f"mlp_{d}", "ember-optim / numpy") for d in MLP_DTYPES),
-    *((f"mlp_{d}_vs_numpy_inplace", f"MLP step {d}, ember (optim.train_step) / numpy with ember's in-place kernels",
+    *((f"mlp_{d}_vs_numpy_inplace", f"MLP step {d}, ember (training.train_step) / numpy with ember's in-place kernels",
        f"mlp_{d}", "ember-step / numpy-inplace") for d in MLP_DTYPES),
     *((f"mlp_{d}_minimal_tape_vs_numpy", f"MLP step {d}, a minimal eager tape (no API) / numpy",
        f"mlp_{d}", "minimal-tape / numpy") for d in MLP_DTYPES),

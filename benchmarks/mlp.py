@@ -28,7 +28,7 @@ Implementations:
 - ``ember-optim``    ``ember``'s loss, updated by ``ember.optim.SGD`` with consumed gradients
                      (``opt.update(p, ember.consume(g), state)``: the new parameters go into the
                      gradients' buffers)
-- ``ember-step``     ``ember``'s loss and ``optim.SGD`` fused by ``ember.optim.train_step``: the
+- ``ember-step``     ``ember``'s loss and ``optim.SGD`` fused by ``ember.training.train_step``: the
                      gradients go from the backward pass into the update (new parameters in
                      their buffers) without reaching the caller; the way to write an ember step
 - ``ember-generic``  the same with every layer and the loss written in plain array-API ops

@@ -66,7 +66,7 @@ def backward_marked(mark: Callable[[], None]) -> Iterator[None]:
 
 
 def ember_step(dtype: Any, mark: Callable[[], None]) -> Callable[[], Any]:
-    """``mlp.py``'s ``ember-step`` (``optim.train_step``), with marks between the phases
+    """``mlp.py``'s ``ember-step`` (``training.train_step``), with marks between the phases
     (the backward pass's end: :func:`backward_marked`)."""
     ember, xp = import_ember()
     params, x, y = mlp.make_problem(dtype)

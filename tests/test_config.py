@@ -26,9 +26,18 @@ def _seen_threshold():
     return seen[0]
 
 
+def test_gc_is_left_alone_by_default():
+    """Tuning the collector changes the whole process: opt-in (ember.config)."""
+    assert ember._config.CONFIG["gc_threshold"] is None
+    before = gc.get_threshold()
+    assert _seen_threshold() == before[0]
+    assert gc.get_threshold() == before
+
+
 def test_gc_threshold_raised_while_tracing_and_restored():
     before = gc.get_threshold()
-    assert _seen_threshold() == max(ember._config.CONFIG["gc_threshold"], before[0])
+    with ember.config(gc_threshold=ember._config.RECOMMENDED["gc_threshold"]):
+        assert _seen_threshold() == max(50_000, before[0])
     assert gc.get_threshold() == before
 
 
@@ -41,7 +50,8 @@ def test_older_generations_wait_while_tracing():
         seen.append(gc.get_threshold())
         return xp.sum(xp.sin(x))
 
-    ember.grad(f)(xp.ones(3))
+    with ember.config(gc_threshold=50_000):
+        ember.grad(f)(xp.ones(3))
     assert seen[0][1] >= 1 << 20 and seen[0][2] >= 1 << 20
     assert gc.get_threshold() == before
 
@@ -176,7 +186,7 @@ _GLIBC_REASON = ("malloc_trim_threshold tunes glibc's malloc; on other C librari
 def test_malloc_trim_threshold_keeps_freed_memory():
     assert ember._config.CONFIG["malloc_trim_threshold"] == ember._heap.initial_trim_threshold()
     probe = _heap_probe()
-    assert probe["default"] == ember._heap.DEFAULT_TRIM_THRESHOLD
+    assert probe["default"] is None  # opt-in: malloc left as it is at import
     kept, fresh = probe["kept"]["returned"], probe["fresh"]["returned"]
     if kept[0] is None:
         pytest.skip("mallinfo2 needs glibc 2.33 (test_malloc_trim_threshold_saves_page_faults "
@@ -195,13 +205,13 @@ def test_malloc_trim_threshold_saves_page_faults():
 
 
 def test_malloc_trim_threshold_values(monkeypatch):
-    from ember._heap import DEFAULT_TRIM_THRESHOLD, ENV, apply_trim_threshold, initial_trim_threshold
+    from ember._heap import RECOMMENDED_TRIM_THRESHOLD, ENV, apply_trim_threshold, initial_trim_threshold
 
     before = ember._config.CONFIG["malloc_trim_threshold"]
     for var in (*ember._heap._GLIBC_ENV, "GLIBC_TUNABLES"):  # this test's own environment
         monkeypatch.delenv(var, raising=False)
-    assert apply_trim_threshold(DEFAULT_TRIM_THRESHOLD) is _GLIBC  # False: nothing to tune
-    for env, want in (("", DEFAULT_TRIM_THRESHOLD), ("none", None), (" None ", None), ("1048576", 1 << 20)):
+    assert apply_trim_threshold(RECOMMENDED_TRIM_THRESHOLD) is _GLIBC  # False: nothing to tune
+    for env, want in (("", None), ("none", None), (" None ", None), ("1048576", 1 << 20)):
         monkeypatch.setenv(ENV, env)
         assert initial_trim_threshold() == want
     monkeypatch.delenv(ENV)
@@ -212,8 +222,10 @@ def test_malloc_trim_threshold_values(monkeypatch):
         assert initial_trim_threshold() == 4096
         monkeypatch.delenv(ENV)
         monkeypatch.delenv(var)
-    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.pthread.rseq=0")  # other tunables: the default
-    assert initial_trim_threshold() == DEFAULT_TRIM_THRESHOLD
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.pthread.rseq=0")  # other tunables: as asked
+    monkeypatch.setenv(ENV, "4096")
+    assert initial_trim_threshold() == 4096
+    monkeypatch.delenv(ENV)
     for env in ("abc", "-1", "1.5"):
         monkeypatch.setenv(ENV, env)
         with pytest.raises(ValueError, match=r"\$EMBER_MALLOC_TRIM_THRESHOLD=.* or to 'none'"):
@@ -226,10 +238,10 @@ def test_malloc_trim_threshold_values(monkeypatch):
     assert ember._config.CONFIG["malloc_trim_threshold"] == before
 
 
-@pytest.mark.parametrize("env", ["none", ""])
-def test_malloc_opt_out_before_import_leaves_malloc_alone(env):
-    """With the variable at 'none' importing ember never loads the C library's mallopt
-    (ctypes.CDLL(None)); by default it does, on glibc."""
+@pytest.mark.parametrize("env", ["none", "", "1048576"])
+def test_import_leaves_malloc_alone_unless_asked(env):
+    """Importing ember never loads the C library's mallopt (ctypes.CDLL(None)) unless
+    $EMBER_MALLOC_TRIM_THRESHOLD asks for a value (then on glibc it does)."""
     import os
     import subprocess
     import sys
@@ -240,5 +252,5 @@ def test_malloc_opt_out_before_import_leaves_malloc_alone(env):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")
                                  and k != "GLIBC_TUNABLES"}, "EMBER_MALLOC_TRIM_THRESHOLD": env})
-    want = ["None", "False"] if env == "none" else [str(256 << 20), str(_GLIBC)]
+    want = ["1048576", str(_GLIBC)] if env == "1048576" else ["None", "False"]
     assert out.stdout.split() == want

@@ -780,7 +780,7 @@ def test_hyperparameters_changed_between_steps_take_effect(fused):
     params = {"w": xp.asarray([1.0, -2.0])}
     state = opt.init(params)
     loss = lambda p: xp.sum(p["w"] ** 2)  # noqa: E731 - gradient 2w
-    step = optim.train_step(loss, opt) if fused else None
+    step = ember.training.train_step(loss, opt) if fused else None
 
     def update(p, s):
         if fused:
@@ -809,7 +809,7 @@ def test_a_state_entry_without_step_is_reinitialised(fused):
     state = {"step": 3, "params": {"w": {"foo": 1}}}
     loss = lambda p: xp.sum(p["w"] ** 2)  # noqa: E731
     if fused:
-        _, params, state = optim.train_step(loss, opt)(params, state)
+        _, params, state = ember.training.train_step(loss, opt)(params, state)
     else:
         params, state = opt.update(params, ember.grad(loss)(params), state)
     np.testing.assert_allclose(params["w"].raw, [0.0, 0.0])

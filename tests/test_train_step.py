@@ -1,4 +1,4 @@
-"""ember.optim.train_step: value_and_grad + update in one call, in place where ownership allows."""
+"""ember.training.train_step: value_and_grad + update in one call, in place where ownership allows."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 import ember
 import ember.optim as optim
+import ember.training as training
 import ember.tree as tree
 
 xp = pytest.importorskip("ember.autodiff.numpy")
@@ -71,7 +72,7 @@ def test_train_step_is_value_and_grad_then_update_bit_for_bit(make, dtype):
     params = _copy(want)
     want_state = state = opt.init(want)
     vg = ember.value_and_grad(loss_fn)
-    step = optim.train_step(loss_fn, opt)
+    step = training.train_step(loss_fn, opt)
     for _ in range(3):
         want_loss, grads = vg(want, xt, yt)
         want, want_state = opt.update(want, grads, want_state)
@@ -107,7 +108,7 @@ def test_train_step_writes_the_new_parameters_into_the_gradients_buffers():
         finally:
             tracemalloc.stop()
 
-    vg, step = ember.value_and_grad(loss), optim.train_step(loss, opt)
+    vg, step = ember.value_and_grad(loss), training.train_step(loss, opt)
 
     def plain(params, state):
         _, g = vg(params)
@@ -134,7 +135,7 @@ def test_train_step_keeps_a_linear_weights_layout_and_updates_in_place(order):
     def loss(p):
         return xp.sum(nn.linear(x, p["w"]))
 
-    step, vg = optim.train_step(loss, opt), ember.value_and_grad(loss)
+    step, vg = training.train_step(loss, opt), ember.value_and_grad(loss)
     params = {"w": xp.asarray(w0, copy=True)}
     state = opt.init(params)
     _, params, state = step(params, state)  # warm
@@ -155,7 +156,7 @@ def test_train_step_momentum_buffer_is_the_gradient_buffer_and_state_is_kept_apa
     opt = optim.SGD(0.1, momentum=0.9)
     params = {"w": xp.asarray(np.arange(4.0), copy=True)}
     state = opt.init(params)
-    step = optim.train_step(lambda p: xp.sum(p["w"] * p["w"]), opt)
+    step = training.train_step(lambda p: xp.sum(p["w"] * p["w"]), opt)
     _, params2, state2 = step(params, state)
     _, params3, state3 = step(params2, state2)
     m2, m3 = state2["params"]["w"]["momentum"].raw, state3["params"]["w"]["momentum"].raw
@@ -170,7 +171,7 @@ def test_train_step_never_writes_a_buffer_someone_else_holds():
     c = xp.asarray([1.0, 2.0, 3.0])
     _, g = ember.value_and_grad(lambda p: xp.sum((p["a"] + p["b"]) * c))(params)
     assert g["a"].raw is g["b"].raw and g["a"].raw.base is None  # one fresh array for both
-    step = optim.train_step(lambda p: xp.sum((p["a"] + p["b"]) * c), opt)
+    step = training.train_step(lambda p: xp.sum((p["a"] + p["b"]) * c), opt)
     _, new, _ = step(params, opt.init(params))
     assert new["a"].raw.tolist() == [0.5, 0.0, -0.5] and new["b"].raw.tolist() == [1.5, 1.0, 0.5]
     assert not np.shares_memory(new["a"].raw, new["b"].raw)
@@ -182,7 +183,7 @@ def test_train_step_never_writes_a_buffer_someone_else_holds():
         kept.append(y)
         return xp.sum(y)
 
-    step = optim.train_step(loss, opt)
+    step = training.train_step(loss, opt)
     _, new, _ = step(params, opt.init(params))
     assert new["a"].raw.tolist() == [1.0 - 1.5] * 3
     assert kept[0].raw.tolist() == [3.0] * 3
@@ -198,7 +199,7 @@ def test_train_step_aux_args_kwargs_and_unused_parameters():
         loss = loss_fn(p, x, y, smoothing=smoothing)
         return loss, {"twice": loss * 2.0}
 
-    step = optim.train_step(f, opt, has_aux=True)
+    step = training.train_step(f, opt, has_aux=True)
     (loss, aux), new, state = step(params, opt.init(params), xp.asarray(x), xp.asarray(y), smoothing=0.1)
     (want_loss, want_aux), g = ember.value_and_grad(f, has_aux=True)(params, xp.asarray(x), xp.asarray(y),
                                                                       smoothing=0.1)
@@ -214,7 +215,7 @@ def test_train_step_on_raw_numpy_parameters_gives_raw_results():
     opt = optim.SGD(0.1, momentum=0.9)
     xt, yt = xp.asarray(x), xp.asarray(y)
     kept = _raw(raw)
-    loss, new, state = optim.train_step(loss_fn, opt)(raw, opt.init(raw), xt, yt)
+    loss, new, state = training.train_step(loss_fn, opt)(raw, opt.init(raw), xt, yt)
     want_loss, g = ember.value_and_grad(loss_fn)(raw, xt, yt)
     want, want_state = opt.update(raw, g, opt.init(raw))
     assert not any(isinstance(a, ember.Tensor) for a in tree.leaves(new))  # NumPy's own types
@@ -235,7 +236,7 @@ def test_train_step_with_any_optimizer_of_the_protocol():
             return tree.map(lambda p, g: p - 0.5 * g, params, grads), {"step": state["step"] + 1}
 
     params = {"w": xp.asarray([1.0, 2.0])}
-    loss, new, state = optim.train_step(lambda p: xp.sum(p["w"] ** 2), Halve())(params, {"step": 0})
+    loss, new, state = training.train_step(lambda p: xp.sum(p["w"] ** 2), Halve())(params, {"step": 0})
     assert float(loss.raw) == 5.0 and new["w"].raw.tolist() == [0.0, 0.0] and state == {"step": 1}
 
 
@@ -249,22 +250,22 @@ def test_train_step_calls_an_overridden_update():
 
     params = {"w": xp.asarray([1.0, 2.0])}
     opt = Logged(0.5)
-    _, new, _ = optim.train_step(lambda p: xp.sum(p["w"] ** 2), opt)(params, opt.init(params))
+    _, new, _ = training.train_step(lambda p: xp.sum(p["w"] ** 2), opt)(params, opt.init(params))
     assert Logged.calls == 1 and new["w"].raw.tolist() == [0.0, 0.0]
 
 
 def test_train_step_one_tensor_and_errors():
     opt = optim.SGD(0.25)
     w = xp.asarray([2.0, 4.0])
-    loss, new, _ = optim.train_step(lambda w: xp.sum(w * w), opt)(w, opt.init(w))
+    loss, new, _ = training.train_step(lambda w: xp.sum(w * w), opt)(w, opt.init(w))
     assert new.raw.tolist() == [1.0, 2.0] and w.raw.tolist() == [2.0, 4.0]
     with pytest.raises(ValueError, match="train_step: checkpointing must be one of"):
-        optim.train_step(lambda w: xp.sum(w), opt, checkpointing="sometimes")
+        training.train_step(lambda w: xp.sum(w), opt, checkpointing="sometimes")
     with pytest.raises(TypeError, match=r"train_step\(<lambda>, has_aux=True\): the function must "
                                         r"return a pair"):
-        optim.train_step(lambda w: xp.sum(w), opt, has_aux=True)(w, opt.init(w))
+        training.train_step(lambda w: xp.sum(w), opt, has_aux=True)(w, opt.init(w))
     with pytest.raises(ember.NotDifferentiableError, match="needs a scalar"):
-        optim.train_step(lambda w: w * 2.0, opt)(w, opt.init(w))
+        training.train_step(lambda w: w * 2.0, opt)(w, opt.init(w))
 
 
 @pytest.mark.parametrize("checkpointing", ["balanced", "segments"])
@@ -273,7 +274,7 @@ def test_train_step_with_checkpointing(checkpointing):
     params = tree.map(xp.asarray, raw)
     opt = optim.SGD(0.1)
     xt, yt = xp.asarray(x), xp.asarray(y)
-    loss, new, _ = optim.train_step(loss_fn, opt, checkpointing=checkpointing)(params, opt.init(params), xt, yt)
+    loss, new, _ = training.train_step(loss_fn, opt, checkpointing=checkpointing)(params, opt.init(params), xt, yt)
     want_loss, g = ember.value_and_grad(loss_fn)(params, xt, yt)
     want, _ = opt.update(params, g, opt.init(params))
     np.testing.assert_allclose(float(loss.raw), float(want_loss.raw), rtol=1e-15)
@@ -288,7 +289,7 @@ def test_train_step_on_backends_that_do_not_write_in_place(backend):
     bx = importlib.import_module(f"ember.autodiff.{backend}")
     opt = optim.SGD(0.1, momentum=0.9)
     params = {"w": bx.asarray(np.arange(6.0).reshape(2, 3))}
-    step = optim.train_step(lambda p: bx.sum(p["w"] * p["w"]), opt)
+    step = training.train_step(lambda p: bx.sum(p["w"] * p["w"]), opt)
     _, new, state = step(params, opt.init(params))
     _, new, state = step(new, state)
     w = np.arange(6.0).reshape(2, 3)

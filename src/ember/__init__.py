@@ -33,8 +33,9 @@ from .func import (
     vjp,
 )
 from .tree import field
-from . import nn, random, io, optim, distributed, data
 from ._compute import compute, persist
+from . import nn, random, io, optim, training, distributed, data
+from .training import train_step
 from ._transfer import to_backend
 from ._config import config
 from .autodiff._ownership import HiddenCopyWarning, clone, consume, share
@@ -73,6 +74,8 @@ __all__ = [
     "random",
     "io",
     "optim",
+    "training",
+    "train_step",
     "distributed",
     "data",
     "EmberError",

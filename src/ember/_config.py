@@ -7,7 +7,8 @@ Options (defaults first):
   a buffer a tape saved, see the ownership docs); users who want to remove
   such copies ask to be told: a :class:`ember.HiddenCopyWarning` or an
   :class:`ember.ReuseError`.
-- ``gc_threshold``: ``50000`` (an int, or ``None``). While a transform
+- ``gc_threshold``: ``None`` (an int, or ``None``; opt-in, ``50000`` suits long
+  tapes: :data:`RECOMMENDED` holds both tuning values). While a transform
   records a tape or runs its backward pass, Python's cyclic garbage
   collector starts a young-generation pass after this many allocations
   instead of its default 700, and the passes over older generations wait
@@ -17,33 +18,41 @@ Options (defaults first):
   of the "most objects die young" premise of generational collection, so
   with the default Python rescans the tape again and again (a 1,000,000-op
   chain ran 1.8x slower per op than a 1,000-op one). Only the timing of
-  cycle collection changes, never a value; ``None`` leaves the collector
-  alone.
-- ``malloc_trim_threshold``: ``268435456`` (256 MiB; bytes, or ``None``).
+  cycle collection changes, never a value; ``None`` (the default) leaves the
+  collector alone.
+- ``malloc_trim_threshold``: ``None`` (bytes, or ``None``; opt-in, 256 MiB suits
+  training steps).
   How much freed memory glibc's malloc keeps in the process instead of
   returning it to the system, so that the next training step reuses its
   pages instead of page-faulting fresh ones (a transformer block step
-  took 2.7x longer without it). Applied when ember is imported and
-  whenever it is set; ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or ``none``)
-  sets the value used at import, ``none`` leaving malloc untouched (as
-  glibc's own ``MALLOC_*_`` variables or ``glibc.malloc`` tunables do). No
-  effect where the C library is not glibc. See ``ember/_heap.py``.
+  took 2.7x longer without it). Applied whenever it is set; importing ember
+  changes nothing unless ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes) asks for a
+  value at import. Setting it back to ``None`` restores glibc's static
+  defaults. No effect where the C library is not glibc
+  (:func:`malloc_tunable`). See ``ember/_heap.py``.
+
+Both tuning options are opt-in because they change the whole process, not
+just ember: ``ember.config(**ember._config.RECOMMENDED)`` is what the
+benchmarks run with (see docs/performance.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from ._heap import apply_trim_threshold, initial_trim_threshold
+from ._heap import RECOMMENDED_TRIM_THRESHOLD, apply_trim_threshold, initial_trim_threshold, malloc_tunable
 
-__all__ = ["config", "get_config", "CONFIG", "BAD_CONFIG", "UNKNOWN_CONFIG"]
+__all__ = ["config", "get_config", "malloc_tunable", "CONFIG", "RECOMMENDED", "BAD_CONFIG",
+           "UNKNOWN_CONFIG"]
 
 BAD_CONFIG = "ember.config: {key} must be {allowed}, not {value!r}"
 UNKNOWN_CONFIG = "ember.config: unknown option {key!r}; known options: {known}"
 
 #: The current values; read by the layers that use them (ownership, traces).
-CONFIG: dict = {"on_hidden_copy": "ignore", "gc_threshold": 50_000,
+CONFIG: dict = {"on_hidden_copy": "ignore", "gc_threshold": None,
                "malloc_trim_threshold": initial_trim_threshold()}
+#: The process tuning a training program may opt into (``ember.config(**RECOMMENDED)``).
+RECOMMENDED: dict = {"gc_threshold": 50_000, "malloc_trim_threshold": RECOMMENDED_TRIM_THRESHOLD}
 if CONFIG["malloc_trim_threshold"] is not None:
     apply_trim_threshold(CONFIG["malloc_trim_threshold"])
 

@@ -9,8 +9,10 @@ d 128) took about 11,000 page faults, 80 ms in place of 30; a small CNN
 5,600 faults, 44 ms in place of 17. Raising the trim threshold keeps that
 memory for reuse, as the caching allocators of GPU libraries do.
 
-``ember.config(malloc_trim_threshold=...)`` sets it (bytes; default
-256 MiB, applied when ember is imported). Arrays below 4 MiB then come
+``ember.config(malloc_trim_threshold=...)`` sets it (bytes; 256 MiB,
+:data:`RECOMMENDED_TRIM_THRESHOLD`, suits training steps). It is opt-in:
+importing ember leaves malloc as it is unless ``$EMBER_MALLOC_TRIM_THRESHOLD``
+(bytes or ``none``) asks for a value. Arrays below 4 MiB then come
 from the heap; larger ones are still mapped and unmapped on their own,
 because NumPy asks the kernel for huge pages for them and only a fresh
 mapping gets those (from the heap, a Conv2d step with 4-8 MiB im2col
@@ -36,7 +38,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 4 << 20
 #: glibc's static defaults, set back by ``None``
 _GLIBC_DEFAULT = 128 << 10
-DEFAULT_TRIM_THRESHOLD = 256 << 20
+RECOMMENDED_TRIM_THRESHOLD = 256 << 20
 ENV = "EMBER_MALLOC_TRIM_THRESHOLD"
 BAD_ENV = (
     "${env}={value!r} is not a number of bytes or 'none'; set it to e.g. 268435456 "
@@ -70,15 +72,11 @@ _GLIBC_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PA
 
 
 def initial_trim_threshold() -> int | None:
-    """The value to apply at import: ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or 'none'); else
-    None when glibc's malloc was tuned through the environment (``MALLOC_*_`` variables,
-    ``glibc.malloc`` tunables), which ember then leaves as set; else the default."""
+    """The value to apply at import: ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or 'none'); None
+    (malloc left as it is, glibc's own ``MALLOC_*_`` settings included) when it is unset."""
     value = os.environ.get(ENV)
     if value is None or not value.strip():
-        if any(k in os.environ for k in _GLIBC_ENV) or "glibc.malloc." in os.environ.get(
-                "GLIBC_TUNABLES", ""):
-            return None
-        return DEFAULT_TRIM_THRESHOLD
+        return None
     if value.strip().lower() == "none":
         return None
     try:
@@ -88,6 +86,11 @@ def initial_trim_threshold() -> int | None:
     if n < 0:
         raise ValueError(BAD_ENV.format(env=ENV, value=value))
     return n
+
+
+def malloc_tunable() -> bool:
+    """Whether ``malloc_trim_threshold`` has an effect here (the C library is glibc)."""
+    return _glibc_mallopt() is not None
 
 
 def apply_trim_threshold(trim: int | None) -> bool:

@@ -63,8 +63,7 @@ def main(ctx, debug):
 def info():
     """Backends found, their versions and capabilities, a tiny gradient on each, and ember's
     configuration."""
-    from .._config import get_config
-    from .._heap import _glibc_mallopt
+    from .._config import get_config, malloc_tunable
     from ._info import gather
 
     for row in gather():
@@ -74,8 +73,8 @@ def info():
     click.echo("[config]  (ember.config)")
     for k, v in get_config().items():
         click.echo(f"  {k}: {v}")
-    click.echo("  malloc: " + ("glibc (malloc_trim_threshold applies)" if _glibc_mallopt() is not None
-                               else "not glibc: left as it is"))
+    click.echo("  malloc: " + ("glibc (malloc_trim_threshold applies)" if malloc_tunable()
+                            else "not glibc: left as it is"))
 
 
 @main.command()

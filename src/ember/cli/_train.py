@@ -4,7 +4,7 @@ The data are scikit-learn's bundled 8x8 digits (1797 images, no download),
 split 80/20 with a fixed key. Two models: ``mlp`` (64-128-64-10) and ``cnn``
 (two 3x3 convolutions, a max-pool and an MLP head); data and models come from
 :mod:`ember.data`, shared with ``examples/*_digits.py``. They are trained with :class:`ember.optim.SGD` (momentum
-0.9, learning rate x0.8 per epoch) through ``ember.optim.train_step``. One epoch's batch order comes from
+0.9, learning rate x0.8 per epoch) through ``ember.training.train_step``. One epoch's batch order comes from
 ``fold_in(key, epoch)``, so a run resumed from the checkpoint of epoch k
 continues exactly as the uninterrupted run would.
 
@@ -145,7 +145,7 @@ def _restore_model(saved: dict[str, Any], like: Any, xp: Any) -> Any:
 def _maybe_compute(x: Any, lazy: bool) -> Any:
     if not lazy:
         return x
-    from .._compute import compute
+    from .. import compute
 
     return compute(x, keep_backend=True)
 
@@ -182,7 +182,7 @@ def train(
     ``config.epochs``. ``on_epoch(epoch, metrics)`` and ``on_batch(done,
     total, loss)`` report progress.
     """
-    from .. import io, optim
+    from .. import io, optim, training
 
     history: dict[str, list[float]] = {"loss": [], "train_acc": [], "test_acc": [], "seconds": []}
     ckpt = None
@@ -224,7 +224,7 @@ def train(
 
     lazy = bool(capabilities(xp._backend).lazy)
     # gradient and update in one call: SGD writes the new parameters into the gradients' buffers
-    step = optim.train_step(lambda m, xb, yb: nn.cross_entropy(m(xb), yb), opt,
+    step = training.train_step(lambda m, xb, yb: nn.cross_entropy(m(xb), yb), opt,
                             checkpointing=config.checkpointing)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

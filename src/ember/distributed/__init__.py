@@ -14,7 +14,7 @@ Lazy graphs of whole computations are made by the wrapper namespace
 ``ember.autodiff.dask``; ``ember.compute`` evaluates them in one pass.
 """
 
-from .._compute import compute, persist
+from .. import compute, persist
 from ._chunked import chunked_grad, chunked_value_and_grad
 from ._cluster import MemoryMonitor, client
 from ._data import Dataset

@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import tree as _tree
-from .._compute import _is_dask
+from array_api_compat import is_dask_array as _is_dask
 from .._errors import ShapeError
 from ..autodiff import Tensor
-from ..autodiff._tensor import raw_value
+from ..autodiff import raw_value
 
 __all__ = ["chunked_value_and_grad", "chunked_grad", "as_row_chunked"]
 

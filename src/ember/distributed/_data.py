@@ -20,7 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Callable, Iterator
 
-from .._compute import _is_dask
+from array_api_compat import is_dask_array as _is_dask
 from ._chunked import as_row_chunked, chunked_value_and_grad
 
 __all__ = ["Dataset"]
@@ -32,7 +32,7 @@ BAD_BATCH = "Dataset: batch_size must be a positive int, not {batch_size!r}"
 def _as_dask(a):
     """A dask array for ``a``: dask arrays and Tensors as they are, zarr arrays via from_zarr."""
     from ..autodiff import Tensor
-    from ..autodiff._tensor import raw_value
+    from ..autodiff import raw_value
 
     r = raw_value(a) if isinstance(a, Tensor) else a
     if _is_dask(r):

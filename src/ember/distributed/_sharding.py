@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import tree as _tree
-from .._compute import _is_dask
+from array_api_compat import is_dask_array as _is_dask
 from ..autodiff import Tensor, defvjp
-from ..autodiff._tensor import raw_value
+from ..autodiff import raw_value
 
 __all__ = ["with_sharding", "sharding", "resolve_sizes", "UNKNOWN_SIZES"]
 

@@ -257,7 +257,7 @@ def forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs):
     leaves' nodes hold the gradients in ``node.g`` (backend arrays from the raw
     backward pass, Tensors, or None where unused). ``value`` is raw when every
     traced leaf came in raw. Shared by ``value_and_grad`` and
-    ``ember.optim.train_step``.
+    ``ember.training.train_step``.
     """
     with quiet_gc:  # once around recording and backward (each would enter it)
         trace = Trace(checkpointing)

@@ -350,10 +350,6 @@ def dtype_name(dtype: Any) -> str | None:
     t = type(dtype)
     if "dtype" not in t.__name__.lower():
         return None
-    if (t.__module__ or "").startswith("torch"):
-        name = str(dtype).removeprefix("torch.")
-        return {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
-                "int": "int32", "short": "int16", "cfloat": "complex64", "cdouble": "complex128"}.get(name, name)
     name = getattr(dtype, "name", None)
     if not isinstance(name, str):
         name = str(dtype).rsplit(".", 1)[-1]
@@ -509,14 +505,6 @@ def _short(v: Any) -> str:
 
 
 # --- ember.tree adapter -----------------------------------------------------
-# ember.tree has no public accessor for its node registry yet; these helpers
-# are the only place ember.io reads it.
-
-
-def _reg() -> Any:
-    from ember.tree import _registry
-
-    return _registry
 
 
 def is_array(x: Any) -> bool:
@@ -526,26 +514,23 @@ def is_array(x: Any) -> bool:
 
 def node_kind(x: Any) -> str:
     """How ember.tree sees ``x``: array, const, list, tuple, namedtuple, dict, dataclass or node."""
-    r = _reg()
-    k = r._DISPATCH.get(type(x))
-    if k is None:
-        k = r._classify(x)
-    if k is r.LEAF:
-        return "array"
-    if k is r.CONST:
-        return "const"
-    return {r.LIST: "list", r.TUPLE: "tuple", r.DICT: "dict", r.DICTLIKE: "dict",
-            r.NAMEDTUPLE: "namedtuple", r.DATACLASS: "dataclass", r.CUSTOM: "node"}[k.code]
+    from ember.tree import node_info
+
+    return node_info(x).kind
 
 
 def static_fields(cls: type) -> tuple[str, ...]:
     """Names of the static fields of a registered dataclass."""
-    return tuple(_reg()._DISPATCH[cls].static)
+    from ember.tree import node_info
+
+    return node_info(cls=cls).static
 
 
 def custom_flatten(x: Any) -> tuple[list[tuple[Any, Any]], Any]:
     """``(children as (key, child) pairs, aux)`` of a register_node object."""
-    children, aux = _reg()._DISPATCH[type(x)].flatten(x)
+    from ember.tree import node_info
+
+    children, aux = node_info(x).flatten(x)
     return list(children), aux
 
 
@@ -575,11 +560,11 @@ def resolve_type(name: Any, what: str, path: str) -> Any:
     already be in ``sys.modules``. Returns ``(cls, node_type)``; raises
     FileFormatError otherwise.
     """
-    r = _reg()
+    from ember.tree import node_info
+
     obj = _lookup(name, path)
-    nt = r._DISPATCH.get(obj) if obj is not None else None
-    code = r.DATACLASS if what == "dataclass" else r.CUSTOM
-    if nt is None or getattr(nt, "code", None) != code:
+    nt = node_info(cls=obj) if isinstance(obj, type) else None
+    if nt is None or nt.kind != what:
         raise FileFormatError(UNKNOWN_TYPE.format(type=name, path=path, what=f"{what} type"))
     return obj, nt
 

@@ -12,7 +12,7 @@ survives restarts and refactors (:func:`rename`), and follows a growing model
 under explicit policies (``on_new``, ``on_missing``). Parameter groups
 (:class:`Group`) and freezing select parameters by path pattern; learning
 rates may be schedules (:mod:`ember.optim.schedules`). :class:`Stateful`
-wraps an optimizer for loops that just step. :func:`train_step` fuses the
+wraps an optimizer for loops that just step. :func:`ember.training.train_step` fuses the
 gradient and the update into one call (``loss, params, state = step(params,
 state, *batch)``), writing the new parameters into the gradients' buffers.
 
@@ -34,7 +34,6 @@ from .rmsprop import RMSprop
 from .sgd import SGD
 from .stateful import Stateful
 from .surgery import drop, rename, reset, select
-from .training import train_step
 
 __all__ = [
     "Optimizer",
@@ -61,5 +60,4 @@ __all__ = [
     "drop",
     "rename",
     "Stateful",
-    "train_step",
 ]

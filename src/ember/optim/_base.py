@@ -36,7 +36,7 @@ from operator import attrgetter
 from typing import Any, Callable, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
 
 from .. import tree as _tree
-from ..autodiff._ownership import Owned, as_operand, take_buffer
+from ..autodiff.ownership import Owned, as_operand, take_buffer
 from .._errors import DTypeError, ShapeError, StructureError
 from . import policies as _policies
 from ._patterns import Pattern, kind, matcher, namespace

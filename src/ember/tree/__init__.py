@@ -43,7 +43,7 @@ from ._ops import (
     unflatten,
 )
 from ._paths import Index, Key, Name, Path, parse_path
-from ._registry import field, register, register_node
+from ._registry import NodeInfo, field, node_info, register, register_node
 
 __all__ = [
     "Name",
@@ -66,4 +66,6 @@ __all__ = [
     "register",
     "register_node",
     "field",
+    "node_info",
+    "NodeInfo",
 ]

@@ -16,13 +16,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from array_api_compat import is_array_api_obj
 
 from ._paths import Index, Key, Name, _PathKey
 
-__all__ = ["register", "register_node", "field"]
+__all__ = ["register", "register_node", "field", "node_info", "NodeInfo"]
 
 T = TypeVar("T")
 
@@ -240,3 +240,49 @@ def _dict_key(k: Any) -> _PathKey:
             n = _NAME_CACHE[k] = Name(k)
         return n
     return Name(k) if isinstance(k, str) else Key(k)
+
+
+_KIND_NAMES = {LIST: "list", TUPLE: "tuple", DICT: "dict", DICTLIKE: "dict",
+               NAMEDTUPLE: "namedtuple", DATACLASS: "dataclass", CUSTOM: "node"}
+
+
+class NodeInfo(NamedTuple):
+    """How ember.tree sees an object or a registered class (:func:`node_info`).
+
+    ``kind`` is ``"array"`` (a leaf), ``"const"``, ``"list"``, ``"tuple"``,
+    ``"namedtuple"``, ``"dict"``, ``"dataclass"`` or ``"node"``
+    (:func:`register_node`); ``names`` the child fields and ``static`` the
+    static fields (namedtuples, dataclasses); ``flatten`` / ``unflatten`` a
+    ``register_node`` class's own functions.
+    """
+
+    kind: str
+    names: tuple = ()
+    static: tuple = ()
+    flatten: Callable[[Any], Any] | None = None
+    unflatten: Callable[[Any, list[Any]], Any] | None = None
+
+
+def node_info(x: Any = None, *, cls: type | None = None) -> NodeInfo | None:
+    """How ember.tree takes ``x`` apart, or (``cls=``) a registered class: None if unregistered.
+
+    Why: code that stores structures (``ember.io``) needs each node's kind and
+    fields without reaching into the registry.
+
+    >>> import ember.tree as tree
+    >>> tree.node_info([1, 2]).kind, tree.node_info(3.0).kind
+    ('list', 'const')
+    """
+    if cls is not None:
+        nt = _DISPATCH.get(cls)
+        if nt is None or nt is LEAF or nt is CONST:
+            return None
+    else:
+        nt = _DISPATCH.get(type(x))
+        if nt is None:
+            nt = _classify(x)
+    if nt is LEAF:
+        return NodeInfo("array")
+    if nt is CONST:
+        return NodeInfo("const")
+    return NodeInfo(_KIND_NAMES[nt.code], tuple(nt.names), tuple(nt.static), nt.flatten, nt.unflatten)

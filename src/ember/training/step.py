@@ -16,10 +16,13 @@ import sys
 from typing import Any, Callable
 
 from .. import tree as _tree
-from ..autodiff import Tensor
-from ..autodiff._ownership import _backend_writes, _borrowed, reuse_reason, writer
-from ..func._transforms import _check_options, _gradients, forward_backward, leaf_gradient
-from ._base import Optimizer, PathOptimizer, State
+from ..autodiff.ownership import borrowed as _borrowed
+from ..autodiff.ownership import reuse_reason, writer
+from ..autodiff.ownership import writes_in_place as _backend_writes
+from ..func.tape import check_options as _check_options
+from ..func.tape import forward_backward, leaf_gradient
+from ..func.tape import gradients as _gradients
+from ..optim import Optimizer, PathOptimizer, State
 
 __all__ = ["train_step"]
 
@@ -45,7 +48,7 @@ def train_step(
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> opt = ember.optim.SGD(0.1)
-    >>> step = ember.optim.train_step(lambda p: xp.sum(p["w"] ** 2), opt)
+    >>> step = ember.training.train_step(lambda p: xp.sum(p["w"] ** 2), opt)
     >>> params = {"w": xp.asarray([1.0, -2.0])}
     >>> loss, params, state = step(params, opt.init(params))
     >>> float(loss), params["w"].raw.tolist()

@@ -1,0 +1,13 @@
+"""The steps of a reverse-mode transform, for fused training steps (``ember.training``).
+
+``value_and_grad`` is :func:`forward_backward` (record ``f``, run the backward
+pass) followed by :func:`gradients` (each leaf's gradient in its own form). A
+fused step calls the first and takes the leaves' cotangents straight from
+their tape nodes, so an optimizer can write into their buffers.
+"""
+
+from ._transforms import _check_options as check_options
+from ._transforms import _gradients as gradients
+from ._transforms import forward_backward, leaf_gradient
+
+__all__ = ["forward_backward", "gradients", "leaf_gradient", "check_options"]
