@@ -15,6 +15,16 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+@pytest.fixture(autouse=True)
+def _restore_ember_config():
+    """The benchmarks opt into ember's process tuning (``_peers.ember_ready``): give the rest of
+    the test process its own configuration back."""
+    import ember
+
+    with ember.config(**ember._config.get_config()):
+        yield
+
+
 @pytest.fixture(scope="module")
 def harness():
     name = "_ember_bench_harness"

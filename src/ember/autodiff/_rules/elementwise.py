@@ -12,7 +12,7 @@ extra array op. A complex cotangent reaching a real input keeps its real part.
 Subgradients at non-differentiable points, chosen to match PyTorch and JAX:
 
 ============  =============================================================
-abs(x)        sign(x): 0 at x == 0 (both +0.0 and -0.0)
+abs(x)        sign(x): 0 at x == 0 (both +0.0 and -0.0); complex: x / |x| as differentiable ops
 maximum/min   ties split the gradient equally between both inputs
 pow(x, y)     d/dx is 0 where y == 0; d/dy is 0 where x == 0
 hypot         0 where both inputs are 0
@@ -38,7 +38,7 @@ import math
 
 from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place
 from ._base import RULES, defjvp, defvjp
-from ._util import cj, count, expand_reduced, fit, products_exact, select
+from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, select
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -99,7 +99,7 @@ for _name, (_deriv, _real) in _UNARY.items():
     else:
         defvjp(_name, _holo(_name, _deriv, _real, False), keep_ans=False)
 
-defvjp("abs", lambda ns, g, ans, x: g * ns.sign(x), keep_ans=False)  # complex: g * z / |z|
+defvjp("abs", lambda ns, g, ans, x: g * abs_slope(ns, x), keep_ans=False)  # complex: g * z / |z|
 defvjp("negative", lambda ns, g, ans, x: -g, saves=("none",), keep_ans=False)
 defvjp("positive", lambda ns, g, ans, x: g, saves=("none",), keep_ans=False)
 defvjp("conj", lambda ns, g, ans, x: ns.conj(g), saves=("none",), keep_ans=False)
