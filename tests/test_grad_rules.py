@@ -706,14 +706,14 @@ def test_rule_matches_finite_differences(lib, strat, fn, kw, data):
     _run_case(lib, strat, fn, kw, data)
 
 
-def _run_case(lib, strat, fn, kw, data):
+def _run_case(lib, strat, fn, kw, data, check=check_vjp):
     kw = dict(kw)
     if lib not in kw.pop("backends", BACKENDS):
         pytest.skip(f"not supported by {lib}")
     xp = namespace(lib)
     args = data.draw(strat, label="args")
     with np.errstate(all="ignore"):
-        check_vjp(xp, lambda *a: fn(xp, *a), list(args), **kw)
+        check(xp, lambda *a: fn(xp, *a), list(args), **kw)
 
 
 @pytest.mark.slow
@@ -731,13 +731,7 @@ def test_rule_matches_finite_differences_long(lib, strat, fn, kw, data):
 @given(data=st.data())
 def test_forward_mode_matches_finite_differences(lib, strat, fn, kw, data):
     """Native forward mode (each rule's JVP, or its transposed VJP) on every table case."""
-    kw = dict(kw)
-    if lib not in kw.pop("backends", BACKENDS):
-        pytest.skip(f"not supported by {lib}")
-    xp = namespace(lib)
-    args = data.draw(strat, label="args")
-    with np.errstate(all="ignore"):
-        check_jvp(xp, lambda *a: fn(xp, *a), list(args), **kw)
+    _run_case(lib, strat, fn, kw, data, check=check_jvp)
 
 
 @pytest.mark.parametrize("strat,fn,kw", CASES)

@@ -11,21 +11,13 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ember
+from _arrays import as_numpy, ns, to
 
 BACKENDS = ("numpy", "array_api_strict")
 EPS = 1e-6
 
 
-def _ns(name):
-    return ember.autodiff.namespace(name)
 
-
-def _to(xp, a):
-    return xp.asarray(xp._backend.asarray(np.array(a, dtype=np.float64)))
-
-
-def _np(t):
-    return np.asarray(ember.compute(t).raw)
 
 
 _lengths = st.integers(1, 7)
@@ -37,24 +29,24 @@ _lengths = st.integers(1, 7)
 def test_parseval_hessians(backend, n, data):
     """sum |fft(x)|^2 = n sum x^2, sum |ifft(x)|^2 = sum x^2 / n, and rfft's half spectrum
     with its doubled bins: Hessians 2n I, (2/n) I and 2n I."""
-    xp = _ns(backend)
+    xp = ns(backend)
     x = data.draw(hnp.arrays(np.float64, (n,), elements=st.floats(-2, 2, width=64)))
     # |.| has no second derivative at 0: a spectrum bin that is exactly zero is a kink
     assume(np.all(np.abs(np.fft.fft(x)) > 1e-3))
-    tx = _to(xp, x)
+    tx = to(xp, x)
     m = n // 2 + 1
     w = np.full(m, 2.0)
     w[0] = 1.0
     if n % 2 == 0:
         w[-1] = 1.0
-    tw = _to(xp, w)
+    tw = to(xp, w)
     cases = {
         "fft": (lambda t: xp.sum(xp.abs(xp.fft.fft(xp.astype(t, xp.complex128))) ** 2), 2.0 * n),
         "ifft": (lambda t: xp.sum(xp.abs(xp.fft.ifft(xp.astype(t, xp.complex128))) ** 2), 2.0 / n),
         "rfft": (lambda t: xp.sum(tw * xp.abs(xp.fft.rfft(t)) ** 2), 2.0 * n),
     }
     for name, (f, scale) in cases.items():
-        h = _np(ember.hessian(f)(tx))
+        h = as_numpy(ember.hessian(f)(tx))
         np.testing.assert_allclose(h, scale * np.eye(n), rtol=1e-9, atol=1e-9, err_msg=name)
 
 
@@ -115,22 +107,22 @@ def _losses(xp):
 @given(data=st.data())
 @settings(max_examples=6, deadline=None)
 def test_complex_rule_hessian_matches_differences_of_its_gradient(backend, op, data):
-    xp = _ns(backend)
+    xp = ns(backend)
     n = 2 if op in ("det", "inv") else data.draw(st.integers(2 if op in ("hfft", "irfft") else 1, 4))
     re = data.draw(hnp.arrays(np.float64, (n,), elements=st.floats(0.5, 1.5, width=64)))
     im = data.draw(hnp.arrays(np.float64, (n,), elements=st.floats(0.2, 1.0, width=64)))
     x = np.concatenate([re, im])
-    u = _np(OPS[op](xp, _split(xp, _to(xp, x), n)))
+    u = as_numpy(OPS[op](xp, _split(xp, to(xp, x), n)))
     assume(np.all(np.abs(u) > 1e-3))  # |u|^2 through abs: no kink of abs at u = 0
     for lname, loss in _losses(xp).items():
         def f(t):
             return loss(OPS[op](xp, _split(xp, t, n)))
 
         g = ember.grad(f)
-        h = _np(ember.hessian(f)(_to(xp, x)))
+        h = as_numpy(ember.hessian(f)(to(xp, x)))
         fd = np.empty((2 * n, 2 * n))
         for j in range(2 * n):
             e = np.zeros(2 * n)
             e[j] = EPS
-            fd[:, j] = (_np(g(_to(xp, x + e))) - _np(g(_to(xp, x - e)))) / (2 * EPS)
+            fd[:, j] = (as_numpy(g(to(xp, x + e))) - as_numpy(g(to(xp, x - e)))) / (2 * EPS)
         np.testing.assert_allclose(h, fd, rtol=1e-5, atol=1e-5, err_msg=f"{op} / {lname}")

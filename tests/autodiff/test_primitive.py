@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ember
+from _arrays import as_numpy, ns, to
 from ember.autodiff import unbroadcast
 
 BACKENDS = ("numpy", "array_api_strict", "dask")
@@ -38,21 +39,7 @@ smooth_mul.defvjp(
 )
 
 
-def _ns(name):
-    if name == "dask":
-        pytest.importorskip("dask.array", reason="dask not installed")
-    return ember.autodiff.namespace(name)
 
-
-def _np(t):
-    """A NumPy array of a Tensor of any backend (dask computed)."""
-    if isinstance(t, ember.Tensor):
-        t = ember.compute(t).raw
-    return np.asarray(t)
-
-
-def _to(xp, a):
-    return xp.asarray(xp._backend.asarray(np.array(a, dtype=np.float64)))
 
 
 def _fd_grad(fun, x):
@@ -79,22 +66,22 @@ def _loss(xp, w):
 @given(x=hnp.arrays(np.float64, _shapes, elements=_vals), data=st.data())
 @settings(max_examples=25, deadline=None)
 def test_softplus_grad_jvp_hessian_match_finite_differences(backend, x, data):
-    xp = _ns(backend)
+    xp = ns(backend)
     w = data.draw(hnp.arrays(np.float64, x.shape, elements=_vals))
     v = data.draw(hnp.arrays(np.float64, x.shape, elements=_vals))
 
     def ref(a):
         return float(np.sum(np.logaddexp(0.0, a) * w))
 
-    f = _loss(xp, _to(xp, w))
-    g = _np(ember.grad(f)(_to(xp, x)))
+    f = _loss(xp, to(xp, w))
+    g = as_numpy(ember.grad(f)(to(xp, x)))
     np.testing.assert_allclose(g, _fd_grad(ref, x), rtol=1e-5, atol=1e-6)
     # forward mode: the tangent of f along v is <grad f, v>
-    _, t = ember.jvp(f, (_to(xp, x),), (_to(xp, v),))
-    np.testing.assert_allclose(_np(t), np.sum(g * v), rtol=1e-5, atol=1e-6)
+    _, t = ember.jvp(f, (to(xp, x),), (to(xp, v),))
+    np.testing.assert_allclose(as_numpy(t), np.sum(g * v), rtol=1e-5, atol=1e-6)
     # second order: the Hessian-vector product against differences of the gradient
-    hv = _np(ember.hvp(f, (_to(xp, x),), (_to(xp, v),))[0])
-    grad_np = lambda a: _np(ember.grad(f)(_to(xp, a)))  # noqa: E731
+    hv = as_numpy(ember.hvp(f, (to(xp, x),), (to(xp, v),))[0])
+    grad_np = lambda a: as_numpy(ember.grad(f)(to(xp, a)))  # noqa: E731
     want = (grad_np(x + EPS * v) - grad_np(x - EPS * v)) / (2 * EPS)
     np.testing.assert_allclose(hv, want, rtol=1e-4, atol=1e-5)
 
@@ -104,17 +91,17 @@ def test_softplus_grad_jvp_hessian_match_finite_differences(backend, x, data):
                                                 max_side=3), data=st.data())
 @settings(max_examples=25, deadline=None)
 def test_binary_primitive_broadcasts_and_matches_finite_differences(backend, shapes, data):
-    xp = _ns(backend)
+    xp = ns(backend)
     (sx, sy), out = shapes.input_shapes, shapes.result_shape
     x = data.draw(hnp.arrays(np.float64, sx, elements=_vals))
     y = data.draw(hnp.arrays(np.float64, sy, elements=_vals))
     w = data.draw(hnp.arrays(np.float64, out, elements=_vals))
-    tw = _to(xp, w)
+    tw = to(xp, w)
 
     def f(a, b):
         return xp.sum(smooth_mul(a, b, scale=1.5) * tw)
 
-    gx, gy = (_np(g) for g in ember.grad(f, argnums=(0, 1))(_to(xp, x), _to(xp, y)))
+    gx, gy = (as_numpy(g) for g in ember.grad(f, argnums=(0, 1))(to(xp, x), to(xp, y)))
     np.testing.assert_allclose(gx, _fd_grad(lambda a: float(np.sum(1.5 * a * np.tanh(y) * w)), x),
                                rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(gy, _fd_grad(lambda b: float(np.sum(1.5 * x * np.tanh(b) * w)), y),
@@ -123,8 +110,8 @@ def test_binary_primitive_broadcasts_and_matches_finite_differences(backend, sha
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_balanced_checkpointing_recomputes_a_primitive_to_the_same_gradient(backend):
-    xp = _ns(backend)
-    x = _to(xp, np.linspace(-2.0, 2.0, 7))
+    xp = ns(backend)
+    x = to(xp, np.linspace(-2.0, 2.0, 7))
 
     def f(x):
         h = x
@@ -132,30 +119,30 @@ def test_balanced_checkpointing_recomputes_a_primitive_to_the_same_gradient(back
             h = softplus(h) * 0.5 - 0.25
         return xp.sum(h * h)
 
-    want = _np(ember.grad(f)(x))
-    got = _np(ember.grad(f, checkpointing="balanced")(x))
+    want = as_numpy(ember.grad(f)(x))
+    got = as_numpy(ember.grad(f, checkpointing="balanced")(x))
     np.testing.assert_array_equal(got, want)
     assert np.all(np.isfinite(want)) and np.any(want != 0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_consumed_input_gives_the_value_and_is_dead_after(backend):
-    xp = _ns(backend)
+    xp = ns(backend)
     a = np.array([-1.0, 0.0, 2.5])
-    x = _to(xp, a)
+    x = to(xp, a)
     y = softplus(ember.consume(x))
-    np.testing.assert_allclose(_np(y), np.logaddexp(0.0, a))
+    np.testing.assert_allclose(as_numpy(y), np.logaddexp(0.0, a))
     with pytest.raises(ember.ConsumedError, match="softplus"):
         x + 1.0
     # consuming a constant inside a transform: the gradient of the tracked input is unchanged
-    c = _to(xp, a)
-    g = ember.grad(lambda t: xp.sum(smooth_mul(t, ember.consume(c), scale=2.0)))(_to(xp, a))
-    np.testing.assert_allclose(_np(g), 2.0 * np.tanh(a))
+    c = to(xp, a)
+    g = ember.grad(lambda t: xp.sum(smooth_mul(t, ember.consume(c), scale=2.0)))(to(xp, a))
+    np.testing.assert_allclose(as_numpy(g), 2.0 * np.tanh(a))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_primitive_jvp_rule_is_what_forward_mode_uses(backend):
-    xp = _ns(backend)
+    xp = ns(backend)
     calls = []
 
     @ember.primitive
@@ -170,16 +157,16 @@ def test_a_primitive_jvp_rule_is_what_forward_mode_uses(backend):
 
     cube.defjvp(jvp_rule)
     a, v = np.array([-1.5, 0.5, 2.0]), np.array([1.0, -2.0, 0.25])
-    out, t = ember.jvp(lambda x: cube(x), (_to(xp, a),), (_to(xp, v),))
+    out, t = ember.jvp(lambda x: cube(x), (to(xp, a),), (to(xp, v),))
     assert calls, "forward mode did not call the primitive's own JVP"
-    np.testing.assert_allclose(_np(out), a ** 3)
-    np.testing.assert_allclose(_np(t), 3 * a * a * v)
+    np.testing.assert_allclose(as_numpy(out), a ** 3)
+    np.testing.assert_allclose(as_numpy(t), 3 * a * a * v)
     with pytest.raises(TypeError, match="defvjp"):
         ember.primitive(lambda xp, x: x).defjvp(jvp_rule)
 
 
 def test_primitive_without_vjp_names_itself_and_the_fix():
-    xp = _ns("numpy")
+    xp = ns("numpy")
 
     @ember.primitive
     def double(xp, x):

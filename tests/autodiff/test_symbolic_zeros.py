@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ember
+from _arrays import as_numpy, ns, to
 
 BACKENDS = ("numpy", "array_api_strict", "dask")
 EPS = 1e-6
@@ -22,18 +23,7 @@ _shapes = hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=4)
 _vals = st.floats(0.5, 3.0, allow_nan=False, width=64)
 
 
-def _ns(name):
-    if name == "dask":
-        pytest.importorskip("dask.array", reason="dask not installed")
-    return ember.autodiff.namespace(name)
 
-
-def _to(xp, a):
-    return xp.asarray(xp._backend.asarray(np.array(a, dtype=np.float64)))
-
-
-def _np(t):
-    return np.asarray(ember.compute(t).raw)
 
 
 def _fd(fun, x):
@@ -82,17 +72,17 @@ def test_overwritten_nan_gives_finite_gradient_equal_to_finite_differences(backe
     if backend == "dask" and how == "iadd":
         pytest.skip("Dask cannot write x[mask] + v (a value of unknown size) back into x[mask]: "
                     "a Dask limit; numpy and array_api_strict run the same rules")
-    xp = _ns(backend)
+    xp = ns(backend)
     a, b, w = case
-    tw = _to(xp, w)
+    tw = to(xp, w)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)  # the forward's own 1/0
-        ga, gb = (_np(g) for g in ember.grad(lambda x, y: _masked(xp, x, y, tw, how),
-                                             argnums=(0, 1))(_to(xp, a), _to(xp, b)))
+        ga, gb = (as_numpy(g) for g in ember.grad(lambda x, y: _masked(xp, x, y, tw, how),
+                                             argnums=(0, 1))(to(xp, a), to(xp, b)))
         for ck in ("balanced",):  # recomputation keeps the zeros
-            ga2, gb2 = (_np(g) for g in ember.grad(lambda x, y: _masked(xp, x, y, tw, how),
+            ga2, gb2 = (as_numpy(g) for g in ember.grad(lambda x, y: _masked(xp, x, y, tw, how),
                                                    argnums=(0, 1), checkpointing=ck)(
-                _to(xp, a), _to(xp, b)))
+                to(xp, a), to(xp, b)))
             np.testing.assert_array_equal(ga2, ga)
             np.testing.assert_array_equal(gb2, gb)
     assert np.all(np.isfinite(ga)) and np.all(np.isfinite(gb))
@@ -106,26 +96,26 @@ def test_overwritten_nan_gives_finite_gradient_equal_to_finite_differences(backe
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_second_order_through_an_overwritten_nan_is_finite(backend):
-    xp = _ns(backend)
+    xp = ns(backend)
     a = np.array([1.0, 2.0, 3.0])
-    b = _to(xp, np.array([2.0, 0.0, 4.0]))
-    w = _to(xp, np.ones(3))
+    b = to(xp, np.array([2.0, 0.0, 4.0]))
+    w = to(xp, np.ones(3))
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
-        h = _np(ember.hessian(lambda x: _masked(xp, x, b, w, "setitem"))(_to(xp, a)))
+        h = as_numpy(ember.hessian(lambda x: _masked(xp, x, b, w, "setitem"))(to(xp, a)))
     np.testing.assert_allclose(h, np.diag([2 / 4, 0.0, 2 / 16]))
 
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_known_zeros_do_not_leak_through_a_non_elementwise_op(n):
     """A square matmul's output zeros say nothing about its input's elements."""
-    xp = _ns("numpy")
+    xp = ns("numpy")
     rng = np.random.default_rng(n)
     x, m = rng.standard_normal((n, n)), rng.standard_normal((n, n))
     mask = np.eye(n, dtype=bool)
 
     def f(t):
-        s = t @ _to(xp, m)
+        s = t @ to(xp, m)
         s[xp.asarray(mask)] = 0.0
         return xp.sum(s * s)
 
@@ -134,4 +124,4 @@ def test_known_zeros_do_not_leak_through_a_non_elementwise_op(n):
         s[mask] = 0.0
         return float(np.sum(s * s))
 
-    np.testing.assert_allclose(_np(ember.grad(f)(_to(xp, x))), _fd(ref, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(as_numpy(ember.grad(f)(to(xp, x))), _fd(ref, x), rtol=1e-5, atol=1e-6)
