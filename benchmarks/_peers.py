@@ -133,7 +133,8 @@ def ember_train_step(ember: Any, loss: Callable[[Any], Any], params: Params, lr:
     """``ember.training.train_step(loss, ember.optim.SGD(lr))`` over ``params``: gradient and update
     in one call, the new parameters in the gradients' buffers."""
     opt = ember.optim.SGD(lr)
-    train = ember.training.train_step(loss, opt)
+    # (ember.optim held train_step before ember.training: A/B runs against older trees)
+    train = getattr(ember, "training", ember.optim).train_step(loss, opt)
     state = {"p": dict(params), "s": opt.init(params)}
 
     def step() -> Any:
