@@ -842,7 +842,7 @@ def run_owned(d, name, impl, norm, params, claims):
     try:
         out = kernel()
     except Exception as e:
-        from ._namespace import op_error
+        from ._op_errors import op_error
 
         raise op_error(name, e, raw) from e
     if out is not r:
@@ -860,3 +860,27 @@ def borrow(res, obj) -> None:
     ro = _owner(res)
     if ro is None or (o is not None and ro is o):
         mark_borrowed(res if ro is None else ro)
+
+
+# --------------------------------------------------------------------------- #
+# the Tensor methods of ownership
+# --------------------------------------------------------------------------- #
+def _consume_method(self, strict=False):
+    """Hand this tensor's buffer to the next op (see ``ember.consume``); self dies."""
+    return consume(self, strict, _depth=2)
+
+
+def _share_method(self):
+    """A second handle on the same storage, no copy (see ``ember.share``)."""
+    return share(self)
+
+
+def _clone_method(self):
+    """A copy with its own buffer (differentiable; see ``ember.clone``)."""
+    return clone(self)
+
+
+for _name, _method in (("consume", _consume_method), ("share", _share_method), ("clone", _clone_method)):
+    _method.__name__ = _method.__qualname__ = _name
+    setattr(Tensor, _name, _method)
+del _name, _method

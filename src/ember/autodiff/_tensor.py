@@ -174,24 +174,8 @@ class Tensor:
     def __reduce__(self):
         raise TypeError("ember Tensors are not pickled; save them with ember.io.save")
 
-    # ----- ownership (autodiff/_ownership.py) -----------------------------
-    def consume(self, strict=False):
-        """Hand this tensor's buffer to the next op (see ``ember.consume``); self dies."""
-        from ._ownership import consume
-
-        return consume(self, strict, _depth=2)
-
-    def share(self):
-        """A second handle on the same storage, no copy (see ``ember.share``)."""
-        from ._ownership import share
-
-        return share(self)
-
-    def clone(self):
-        """A copy with its own buffer (differentiable; see ``ember.clone``)."""
-        from ._ownership import clone
-
-        return clone(self)
+    # consume(), share() and clone() are the ownership layer's: autodiff/_ownership.py adds
+    # them to this class when it is imported (it builds on Tensor, so Tensor cannot import it)
 
 
 def raw_value(x):

@@ -535,6 +535,6 @@ def _add(node, gi, owned: set | None) -> None:
 
 def _backward_error(rule, exc, g, args):
     """A backend error inside a VJP, naming the op and the shapes as the wrapper would."""
-    from ._namespace import op_error
+    from ._op_errors import op_error
 
     return op_error(f"backward of {rule.name}", exc, (g, *args))

@@ -36,7 +36,7 @@ def build(d) -> dict:
         keyword-only markers), which lenient backends such as NumPy do not.
         """
         strip, wrap_out, record = d.strip, d.wrap_out, d.record_one_level
-        from ._namespace import _GENERAL as general
+        from ._op_errors import GENERAL as general
 
         npos, posonly = _arity(name) if checked else (1 << 30, frozenset())
 
@@ -63,7 +63,7 @@ def build(d) -> dict:
             try:
                 res = impl(*raw, **kwargs)
             except Exception as e:
-                from ._namespace import op_error
+                from ._op_errors import op_error
 
                 raise op_error(name, e, raw) from e
             if res.__class__ is A:
@@ -164,7 +164,7 @@ def build(d) -> dict:
         try:
             res = xp.asarray(obj, **kw)
         except Exception as e:
-            from ._namespace import op_error
+            from ._op_errors import op_error
 
             raise op_error("asarray", e, (obj,)) from e
         if not copy and not from_tensor and hasattr(obj, "shape"):
@@ -246,7 +246,7 @@ def build(d) -> dict:
     # sum over the rows (reduction="mean" | "sum"): one node
     sce_generic = fast_generic("_softmax_cross_entropy", softmax_cross_entropy_impl)
     record = d.record_one_level
-    from ._namespace import _GENERAL
+    from ._op_errors import GENERAL as _GENERAL
 
     def record_keeping(name, compute, args, params, deciding):
         """Record ``name`` on one level with a node that also keeps, in its params, what the
@@ -466,7 +466,7 @@ def build(d) -> dict:
         return call("mask_scatter", mask_scatter_impl, (g,), {"key": key, "like": like})
 
     def mask_gather_impl(g, key, like):
-        from ._namespace import _unknown
+        from ._op_errors import _unknown
 
         if not _unknown(like.shape):  # like's blocks give the selection's blocks, as in the forward
             g = g.rechunk(like.chunks)
@@ -658,7 +658,7 @@ def backend_fixes(xp) -> dict:
 
         fixes["sign"] = _result_fix(xp.sign, cplx, sign)
     if getattr(xp, "__name__", "").startswith("array_api_compat.dask"):
-        from ._namespace import _unknown
+        from ._op_errors import _unknown
 
         raw_expand = xp.expand_dims  # dask reshapes, which needs every size
 
@@ -718,7 +718,7 @@ def dask_mask_scatter(x, g, key):
     import dask.array as da
     from dask.array.core import blockwise, elemwise
 
-    from ._namespace import _unknown
+    from ._op_errors import _unknown
 
     keys = key if isinstance(key, tuple) else (key,)
     if len(keys) != 1 or not isinstance(keys[0], da.Array) or keys[0].dtype != bool:
@@ -750,7 +750,7 @@ def _dask_flip(raw):
     the rows a boolean mask kept uses (a reverse cumulative sum). Known sizes,
     an axis out of range or named twice: Dask's own.
     """
-    from ._namespace import _unknown
+    from ._op_errors import _unknown
     from ._rules._util import norm_axes
 
     def flip(x, /, *, axis=None):
@@ -783,7 +783,7 @@ def _dask_scan(raw, identity):
     Known sizes: the default, unchanged."""
     import dask.array as da
 
-    from ._namespace import _unknown
+    from ._op_errors import _unknown
 
     def scan(x, /, *, axis=None, dtype=None, include_initial=False):
         ax = 0 if axis is None and x.ndim == 1 else axis
@@ -835,7 +835,7 @@ def _dask_extremum(xp, name):
     raises at compute time, as NumPy's does. Known sizes, an axis out of range
     or named twice: Dask's own.
     """
-    from ._namespace import _unknown
+    from ._op_errors import _unknown
     from ._rules._util import norm_axes
 
     raw = getattr(xp, name)
@@ -951,7 +951,7 @@ SIGNATURE_MISMATCH = (
 
 def _arity(qualname):
     """(number of positional parameters, names of positional-only ones) of the standard's signature."""
-    from ._namespace import _reference_signature
+    from ._op_errors import reference_signature as _reference_signature
 
     sig = _reference_signature(qualname)
     if sig is None:
@@ -965,7 +965,7 @@ def _arity(qualname):
 
 
 def _signature_error(qualname, args, kwargs) -> str:
-    from ._namespace import _reference_signature
+    from ._op_errors import reference_signature as _reference_signature
 
     sig = _reference_signature(qualname)
     npos, posonly = _arity(qualname)
