@@ -19,14 +19,14 @@ Options (defaults first):
   chain ran 1.8x slower per op than a 1,000-op one). Only the timing of
   cycle collection changes, never a value; ``None`` leaves the collector
   alone.
-- ``malloc_trim_threshold``: ``268435456`` (256 MiB; bytes, or ``None``).
-  How much freed memory glibc's malloc keeps in the process instead of
+- ``malloc_trim_threshold``: ``None`` (bytes, or ``None``). Opt-in: how
+  much freed memory glibc's malloc keeps in the process instead of
   returning it to the system, so that the next training step reuses its
-  pages instead of page-faulting fresh ones (a transformer block step
-  took 2.7x longer without it). Applied when ember is imported and
-  whenever it is set; ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or ``none``)
-  sets the value used at import, ``none`` leaving malloc untouched (as
-  glibc's own ``MALLOC_*_`` variables or ``glibc.malloc`` tunables do). No
+  pages instead of page-faulting fresh ones (a transformer block step took
+  2.7x longer without it; 268435456, 256 MiB, is what the benchmarks use).
+  ``None`` leaves malloc as the process has it: importing ember never
+  calls ``mallopt``. Applied whenever it is set;
+  ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes) sets it at import instead. No
   effect where the C library is not glibc. See ``ember/_heap.py``.
 """
 

@@ -1,4 +1,4 @@
-"""Keep freed array memory in the process for the next step (glibc's malloc).
+"""Opt-in: keep freed array memory in the process for the next step (glibc's malloc).
 
 Why: a training step allocates its activations, then frees nearly all of
 them when backward ends. With glibc's default policy the freed top of the
@@ -9,20 +9,20 @@ d 128) took about 11,000 page faults, 80 ms in place of 30; a small CNN
 5,600 faults, 44 ms in place of 17. Raising the trim threshold keeps that
 memory for reuse, as the caching allocators of GPU libraries do.
 
-``ember.config(malloc_trim_threshold=...)`` sets it (bytes; default
-256 MiB, applied when ember is imported). Arrays below 4 MiB then come
-from the heap; larger ones are still mapped and unmapped on their own,
-because NumPy asks the kernel for huge pages for them and only a fresh
-mapping gets those (from the heap, a Conv2d step with 4-8 MiB im2col
-buffers took 1.11-1.23x PyTorch's time, mapped 0.61-0.63x). The price: up to that many
-bytes of freed memory stay in the process instead of going back to the
-system. ``None`` sets glibc's static defaults (128 KiB each) back; glibc's
-dynamic threshold stays off once it has been set, so to keep glibc's policy
-exactly set ``EMBER_MALLOC_TRIM_THRESHOLD=none`` before importing ember.
-Where malloc was tuned through the environment (``MALLOC_TRIM_THRESHOLD_``
-and the like, or ``glibc.malloc`` tunables in ``GLIBC_TUNABLES``), ember
-leaves it as it is unless ``EMBER_MALLOC_TRIM_THRESHOLD`` asks otherwise.
-Other C libraries (musl, macOS, Windows): nothing is changed.
+A library must not retune the process's allocator behind its user's back,
+so importing ember changes nothing. ``ember.config(malloc_trim_threshold=N)``
+(bytes; :data:`RECOMMENDED_TRIM_THRESHOLD`, 256 MiB, is what the benchmarks
+use) or ``EMBER_MALLOC_TRIM_THRESHOLD=N`` in the environment (applied when
+ember is imported) sets it. Arrays below 4 MiB then come from the heap;
+larger ones are still mapped and unmapped on their own, because NumPy asks
+the kernel for huge pages for them and only a fresh mapping gets those
+(from the heap, a Conv2d step with 4-8 MiB im2col buffers took 1.11-1.23x
+PyTorch's time, mapped 0.61-0.63x). The price: up to that many bytes of
+freed memory stay in the process instead of going back to the system.
+``None`` (the default) leaves malloc alone; set after a value, it puts
+glibc's static defaults (128 KiB each) back, since glibc's dynamic threshold
+stays off once a threshold has been set. Other C libraries (musl, macOS,
+Windows): nothing is changed.
 """
 
 from __future__ import annotations
@@ -34,16 +34,20 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 #: arrays below this size come from the heap while a trim threshold is set; from it up
 #: they are mapped afresh, as NumPy asks for (transparent) huge pages from 4 MiB on
 MMAP_THRESHOLD = 4 << 20
-#: glibc's static defaults, set back by ``None``
+#: glibc's static defaults, set back by ``None`` once a threshold was set
 _GLIBC_DEFAULT = 128 << 10
-DEFAULT_TRIM_THRESHOLD = 256 << 20
+#: the value ember's benchmarks run with: a transformer or CNN step's activations stay
+RECOMMENDED_TRIM_THRESHOLD = 256 << 20
 ENV = "EMBER_MALLOC_TRIM_THRESHOLD"
 BAD_ENV = (
     "${env}={value!r} is not a number of bytes or 'none'; set it to e.g. 268435456 "
-    "(256 MiB, the default) or to 'none' to leave the C library's malloc as it is"
+    "(256 MiB) to keep freed memory for the next step, or unset it (or 'none') to leave "
+    "the C library's malloc as it is"
 )
 
 _mallopt = None
+#: whether this process has called mallopt: only then does ``None`` have anything to undo
+_tuned = False
 
 
 def _glibc_mallopt():
@@ -65,21 +69,11 @@ def _glibc_mallopt():
     return _mallopt or None
 
 
-#: glibc's own malloc settings from the environment: a user who set one has tuned malloc
-_GLIBC_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
-
-
 def initial_trim_threshold() -> int | None:
-    """The value to apply at import: ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or 'none'); else
-    None when glibc's malloc was tuned through the environment (``MALLOC_*_`` variables,
-    ``glibc.malloc`` tunables), which ember then leaves as set; else the default."""
+    """The value asked for at import: ``$EMBER_MALLOC_TRIM_THRESHOLD`` in bytes, or None
+    (malloc left alone) when it is unset, empty or 'none'."""
     value = os.environ.get(ENV)
-    if value is None or not value.strip():
-        if any(k in os.environ for k in _GLIBC_ENV) or "glibc.malloc." in os.environ.get(
-                "GLIBC_TUNABLES", ""):
-            return None
-        return DEFAULT_TRIM_THRESHOLD
-    if value.strip().lower() == "none":
+    if value is None or not value.strip() or value.strip().lower() == "none":
         return None
     try:
         n = int(value)
@@ -91,11 +85,16 @@ def initial_trim_threshold() -> int | None:
 
 
 def apply_trim_threshold(trim: int | None) -> bool:
-    """Set glibc's trim threshold to ``trim`` bytes (and the mmap threshold to 4 MiB), or
-    both back to glibc's static defaults for None. False where malloc is not glibc's."""
+    """Set glibc's trim threshold to ``trim`` bytes (and the mmap threshold to 4 MiB); for
+    None, put both back to glibc's static defaults if this process set them, else do nothing.
+    True when mallopt was called and accepted the values."""
+    global _tuned
+    if trim is None and not _tuned:
+        return False
     mallopt = _glibc_mallopt()
     if mallopt is None:
         return False
+    _tuned = True
     if trim is None:
         return bool(mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT)) and bool(
             mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT))
