@@ -148,7 +148,7 @@ def test_missing_extra_names_it(tmp_path):
     (fake / "cupy" / "__init__.py").write_text("raise ImportError('No module named cupy')\n")
     line = assert_one_line_error(ember("train", "--backend", "cupy", "--quick", "--out", str(tmp_path / "o"),
                                        env={"PYTHONPATH": str(fake)}))
-    assert "ember[cupy]" in line
+    assert 'pip install -e ".[cupy]"' in line
     assert not (tmp_path / "o").exists()
 
 

@@ -39,7 +39,7 @@ UNKNOWN_BACKEND = "unknown backend {name!r}; choose one of {known} (e.g. --backe
 UNKNOWN_MODEL = "unknown model {name!r}; choose one of {known} (e.g. --model cnn)"
 NO_MATPLOTLIB = (
     "the training-curve PNG needs matplotlib, which is not installed; "
-    "fix: pip install matplotlib (or pip install -e . in the ember checkout)"
+    'fix: pip install -e ".[cli]" in the ember checkout (or pip install matplotlib)'
 )
 NO_CHECKPOINT = (
     "--resume {path}: no {name} there; pass the --out directory of an earlier "
