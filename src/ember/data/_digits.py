@@ -11,8 +11,6 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, Iterator
 
-import numpy as np
-
 from .. import nn
 from .. import random as er
 
@@ -20,8 +18,11 @@ from .. import random as er
 DIGITS_FILE = "digits.npz"
 
 
-def _raw_digits() -> tuple[np.ndarray, np.ndarray]:
-    """``(images (1797, 8, 8) uint8 in 0..16, labels (1797,) uint8)`` from the bundled file."""
+def _raw_digits() -> tuple[Any, Any]:
+    """``(images (1797, 8, 8) uint8 in 0..16, labels (1797,) uint8)`` NumPy arrays from the
+    bundled file (NumPy imported here: ``import ember`` loads no array library)."""
+    import numpy as np
+
     with resources.files(__package__).joinpath(DIGITS_FILE).open("rb") as f, \
             np.load(f, allow_pickle=False) as z:  # numbers only: never unpickle package data
         return z["images"], z["labels"]
