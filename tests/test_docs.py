@@ -184,6 +184,35 @@ def test_readme_example_runs(tmp_path):
     assert (tmp_path / "run.safetensors").is_file()
 
 
+# --- code shown in the docs runs as shown -------------------------------------------------------
+
+
+def test_from_pytorch_doctest_holds():
+    import doctest
+
+    text = (ROOT / "docs" / "from-pytorch.md").read_text()
+    block = re.search(r"```pycon\n(.*?)```", text, flags=re.S).group(1)
+    test = doctest.DocTestParser().get_doctest(block, {}, "from-pytorch.md", None, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries >= 4
+
+
+def test_dask_training_loop_with_persist_runs(tmp_path):
+    pytest.importorskip("dask.array", reason='the Dask page\'s loop needs Dask: pip install -e ".[dask]"')
+    text = (ROOT / "docs" / "layers" / "distributed.md").read_text()
+    section = text.split("## Training loops", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    assert "ember.persist(" in code
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)}
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    losses = [float(line.split()[1]) for line in p.stdout.strip().splitlines()]
+    assert len(losses) == 4 and losses[-1] < losses[0]  # it trains
+
+
 _SLOW_EXAMPLES = {"out_of_core_logistic.py"}  # starts a Dask cluster: > 20 s on 2 loaded cores
 
 
