@@ -145,6 +145,8 @@ def configure_env() -> None:
         os.environ.setdefault(var, "1")
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    # ember's opt-in malloc tuning (freed memory kept for the next step), for every peer alike
+    os.environ.setdefault("EMBER_MALLOC_TRIM_THRESHOLD", str(256 << 20))
 
 
 def ensure_src_on_path() -> None:

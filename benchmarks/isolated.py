@@ -84,6 +84,8 @@ def measure(workload: str, impls: list[str], procs: int, rounds: int, calls: int
             if p.stdin:
                 p.stdin.close()
             p.wait()
+            if p.stdout:  # (an open pipe left to the garbage collector is a ResourceWarning)
+                p.stdout.close()
     rows = {impl: [times[i] for i, (name, _) in enumerate(workers) if name == impl] for impl in impls}
     per_round = {impl: [statistics.median(t[r] for t in ts) for r in range(rounds)] for impl, ts in rows.items()}
     ref = per_round[impls[0]]

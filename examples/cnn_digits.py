@@ -1,7 +1,7 @@
-"""Train a small CNN on the 8x8 digits of scikit-learn with ember (NumPy backend).
+"""Train a small CNN on the 8x8 handwritten digits with ember (NumPy backend).
 
-The data ships with scikit-learn (``sklearn.datasets.load_digits``: 1797
-images, no download), loaded by ``ember.data.load_digits``. Model:
+The data ship with ember (1797 images, no download; the same numbers as
+scikit-learn's ``load_digits``), loaded by ``ember.data.load_digits``. Model:
 ``ember.data.DigitsCNN``, Conv(1->16, 3x3) - ReLU - Conv(16->32, 3x3) - ReLU -
 MaxPool 2 - Linear(512->64) - ReLU - Linear(64->10), a dataclass whose
 ``features`` list mixes layers and functions (read its source); ``ember

@@ -1,7 +1,7 @@
-"""Train an MLP on the 8x8 digits of scikit-learn with ember (NumPy backend).
+"""Train an MLP on the 8x8 handwritten digits with ember (NumPy backend).
 
-The data ships with scikit-learn (``sklearn.datasets.load_digits``, no
-download), loaded by ``ember.data.load_digits``. Model:
+The data ship with ember (1797 images, no download; the same numbers as
+scikit-learn's ``load_digits``), loaded by ``ember.data.load_digits``. Model:
 ``ember.data.digits_mlp``, an ``nn.MLP`` 64-128-64-10 with ReLU, i.e. hidden
 layers as a list of ``(Linear, relu)`` pairs (``ember train --model mlp``
 trains the same one); plain SGD written as

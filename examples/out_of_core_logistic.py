@@ -40,8 +40,14 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import dask  # noqa: E402
-import dask.array as da  # noqa: E402
+NEEDS_DASK = ('this example needs the dask extra ({missing} is not installed): '
+              'pip install -e ".[dask]" in the ember checkout')
+try:
+    import dask  # noqa: E402
+    import dask.array as da  # noqa: E402
+    import zarr  # noqa: E402,F401  (the data set is written to and read from zarr)
+except ImportError as _e:
+    sys.exit(NEEDS_DASK.format(missing=_e.name or "dask"))
 
 import ember  # noqa: E402
 import ember.autodiff.dask as xd  # noqa: E402
@@ -94,16 +100,8 @@ def write_dataset(path: str, n: int, d: int, rows: int, seed: int = 0) -> None:
     X = rng.standard_normal((n, d), chunks=(rows, d), dtype=np.float32)
     w_true = (np.random.default_rng(seed + 1).standard_normal(d) * 2 / np.sqrt(d)).astype(np.float32)
     y = X.map_blocks(_labels, w_true, seed, drop_axis=1, dtype=np.float32)
-    kw = {}
-    try:
-        import zarr
-
-        if int(zarr.__version__.split(".")[0]) >= 3:
-            kw = {"compressors": None}  # random floats do not compress; skip the CPU cost
-        else:
-            kw = {"compressor": None}
-    except ImportError:
-        sys.exit("this example needs zarr: pip install 'ember[dask]'")
+    # random floats do not compress; skip the CPU cost
+    kw = {"compressors": None} if int(zarr.__version__.split(".")[0]) >= 3 else {"compressor": None}
     dask.compute(
         X.to_zarr(path, component="X", compute=False, overwrite=True, **kw),
         y.to_zarr(path, component="y", compute=False, overwrite=True, **kw),

@@ -127,9 +127,9 @@ def test_non_array_object_is_rejected():
 @pytest.mark.parametrize(
     ("backend", "module", "install"),
     [
-        ("dask", "dask.array", "pip install 'ember[dask]'"),
-        ("array_api_strict", "array_api_strict", "pip install 'ember[strict]'"),
-        ("cupy", "cupy", "pip install 'ember[cupy]'"),
+        ("dask", "dask.array", 'pip install -e ".[dask]" in the ember checkout'),
+        ("array_api_strict", "array_api_strict", 'pip install -e ".[strict]" in the ember checkout'),
+        ("cupy", "cupy", 'pip install -e ".[cupy]" in the ember checkout'),
         ("torch", "torch", "pip install torch"),
         ("jax", "jax.numpy", "pip install jax"),
     ],
@@ -147,7 +147,7 @@ def test_real_cupy_absence_message():
     try:
         import cupy  # noqa: F401
     except Exception:
-        expected = r"backend 'cupy' is not installed: pip install 'ember\[cupy\]'"
+        expected = r'backend \'cupy\' is not installed: pip install -e "\.\[cupy\]" in the ember checkout'
         with pytest.raises(BackendNotInstalledError, match=expected):
             eb.get("cupy")
     else:

@@ -57,7 +57,7 @@ def test_info_lists_numpy_with_a_checked_gradient():
     block = p.stdout.split("[numpy]", 1)[1].split("\n[", 1)[0]
     assert "gradient ok: True" in block
     config = p.stdout.split("[config]", 1)[1]
-    assert "malloc_trim_threshold: None" in config and "malloc: " in config
+    assert "malloc_trim_threshold: None" in config and "malloc: " in config  # opt-in: untouched
     assert "Warning" not in p.stderr  # probing each backend's dtypes warns nowhere (JAX without x64)
 
 
@@ -148,7 +148,7 @@ def test_missing_extra_names_it(tmp_path):
     (fake / "cupy" / "__init__.py").write_text("raise ImportError('No module named cupy')\n")
     line = assert_one_line_error(ember("train", "--backend", "cupy", "--quick", "--out", str(tmp_path / "o"),
                                        env={"PYTHONPATH": str(fake)}))
-    assert "ember[cupy]" in line
+    assert 'pip install -e ".[cupy]"' in line
     assert not (tmp_path / "o").exists()
 
 

@@ -509,7 +509,6 @@ def test_erf_accuracy():
 
 @pytest.mark.parametrize("script", ["mlp_digits.py", "cnn_digits.py"])
 def test_examples_quick(script):
-    pytest.importorskip("sklearn")
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script), "--quick"],
         capture_output=True, text=True, timeout=120,
@@ -522,7 +521,6 @@ def test_examples_quick(script):
 
 @pytest.mark.slow
 def test_cnn_digits_reaches_97_percent_in_two_minutes():
-    pytest.importorskip("sklearn")
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         import cnn_digits

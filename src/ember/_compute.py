@@ -32,7 +32,7 @@ TRACKED_LEAF = (
 )
 NO_DASK = (
     "{op}: dask is not installed, so there is nothing lazy to compute. Fix: "
-    "pip install 'ember[dask]'"
+    'pip install -e ".[dask]" in the ember checkout'
 )
 
 

@@ -30,6 +30,7 @@ astype              the ``ndarray.astype`` method
 
 from __future__ import annotations
 
+import functools
 import operator
 from math import prod
 from typing import Any
@@ -190,15 +191,25 @@ def direct_functions(lib: Any) -> dict:
         return asarray0(1, dtype=x.dtype) if x.ndim == 0 else ones_like(x)
 
     out["_seed_ones_like"] = seed_ones_like
-    try:  # SciPy comes with scikit-learn, a dependency: its erf is one ufunc (nn.erf's kernel)
-        from scipy.special import erf
-    except ImportError:  # pragma: no cover - the Chebyshev series instead
-        pass
-    else:
-        asarray = lib.asarray
+    # nn.erf's kernel: SciPy's erf ufunc where SciPy is installed (not a dependency), looked up
+    # at the first call so that importing ember never imports SciPy; else the Chebyshev series
+    asarray, chosen = lib.asarray, []
 
-        def erf_kernel(x):
-            return asarray(erf(x))  # an array also for 0-d input (the ufunc gives a scalar)
+    def erf_kernel(x):
+        if not chosen:
+            chosen.append(_erf_ufunc_or_series(lib))
+        return asarray(chosen[0](x))  # an array also for 0-d input (the ufunc gives a scalar)
 
-        out["_erf_kernel"] = erf_kernel
+    out["_erf_kernel"] = erf_kernel
     return out
+
+
+def _erf_ufunc_or_series(lib):
+    """``scipy.special.erf`` if SciPy is installed, else ember's series on ``lib``."""
+    try:
+        from scipy.special import erf
+    except ImportError:
+        from ._erf import erf_series
+
+        return functools.partial(erf_series, lib)
+    return erf

@@ -289,7 +289,7 @@ def build(d) -> dict:
     # nn.erf (so nn.gelu): the series on backend arrays as one node, its VJP 2/sqrt(pi) exp(-x^2)
     from ..kernels import erf_series
 
-    kernel = getattr(R, "_erf_kernel", None)  # NumPy: scipy.special.erf, for float32/float64
+    kernel = getattr(R, "_erf_kernel", None)  # NumPy: scipy.special.erf if installed, float32/64
     kernel_dtypes = (R.float32, R.float64) if kernel is not None else ()
 
     def erf_impl(x):

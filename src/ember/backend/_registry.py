@@ -51,14 +51,16 @@ _BACKENDS: dict[str, _Backend] = {
     b.name: b
     for b in (
         _Backend("numpy", "numpy", "array_api_compat.numpy", "numpy", "pip install numpy"),
-        _Backend("cupy", "cupy", "array_api_compat.cupy", "cupy", "pip install 'ember[cupy]'"),
-        _Backend("dask", "dask.array", "array_api_compat.dask.array", "dask", "pip install 'ember[dask]'"),
+        _Backend("cupy", "cupy", "array_api_compat.cupy", "cupy",
+                 'pip install -e ".[cupy]" in the ember checkout'),
+        _Backend("dask", "dask.array", "array_api_compat.dask.array", "dask",
+                 'pip install -e ".[dask]" in the ember checkout'),
         _Backend(
             "array_api_strict",
             "array_api_strict",
             "array_api_strict",
             "array_api_strict",
-            "pip install 'ember[strict]'",
+            'pip install -e ".[strict]" in the ember checkout',
         ),
         _Backend("torch", "torch", "array_api_compat.torch", "torch", "pip install torch"),
         _Backend("jax", "jax.numpy", "jax.numpy", "jax", "pip install jax"),

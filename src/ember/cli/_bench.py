@@ -153,7 +153,8 @@ def run_bench(
     try:
         chart = plot(results, out / "bench.png")
     except ImportError:
-        console.print("chart skipped: matplotlib is not installed (pip install matplotlib)")
+        console.print('chart skipped: matplotlib is not installed '
+                      '(pip install -e ".[cli]" in the ember checkout)')
     else:
         console.print(f"chart: {chart}" if chart else "chart skipped: no ratios to draw")
     console.print(f"results: {results_dir}")

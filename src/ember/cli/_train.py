@@ -1,6 +1,6 @@
 """``ember train``: the digits job (data, models, training loop, checkpoint, curves).
 
-The data are scikit-learn's bundled 8x8 digits (1797 images, no download),
+The data are the 8x8 digits bundled with ember (1797 images, no download),
 split 80/20 with a fixed key. Two models: ``mlp`` (64-128-64-10) and ``cnn``
 (two 3x3 convolutions, a max-pool and an MLP head); data and models come from
 :mod:`ember.data`, shared with ``examples/*_digits.py``. They are trained with :class:`ember.optim.SGD` (momentum
@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .. import nn, tree
 from .. import random as er
 from .._errors import EmberError, FileFormatError
-from ..data import NO_SKLEARN, DigitsCNN, accuracy, batches, digits_mlp, load_digits
+from ..data import DigitsCNN, accuracy, batches, digits_mlp, load_digits
 
 __all__ = ["BACKENDS", "MODELS", "Config", "Result", "load_digits", "build_model", "train"]
 
@@ -39,7 +39,7 @@ UNKNOWN_BACKEND = "unknown backend {name!r}; choose one of {known} (e.g. --backe
 UNKNOWN_MODEL = "unknown model {name!r}; choose one of {known} (e.g. --model cnn)"
 NO_MATPLOTLIB = (
     "the training-curve PNG needs matplotlib, which is not installed; "
-    "fix: pip install matplotlib (or pip install -e . in the ember checkout)"
+    'fix: pip install -e ".[cli]" in the ember checkout (or pip install matplotlib)'
 )
 NO_CHECKPOINT = (
     "--resume {path}: no {name} there; pass the --out directory of an earlier "

@@ -4,7 +4,8 @@ Why: the examples (``examples/mlp_digits.py``, ``examples/cnn_digits.py``)
 and ``ember train`` train the same models on the same data; they share the
 definitions here so the tutorials and the command cannot drift apart.
 
-Today this is scikit-learn's 8x8 digits (1797 images, no download):
+Today this is the 8x8 digits (1797 images, bundled with the package: no
+download, no scikit-learn):
 :func:`load_digits` splits them 80/20 with a fixed key, :func:`batches`
 gives an epoch's shuffled batches (reproducible from ``(key, epoch)``),
 :class:`DigitsCNN` and :func:`digits_mlp` build the two models and
@@ -19,6 +20,6 @@ gives an epoch's shuffled batches (reproducible from ``(key, epoch)``),
 True
 """
 
-from ._digits import NO_SKLEARN, DigitsCNN, accuracy, batches, digits_mlp, load_digits
+from ._digits import DigitsCNN, accuracy, batches, digits_mlp, load_digits
 
-__all__ = ["load_digits", "batches", "DigitsCNN", "digits_mlp", "accuracy", "NO_SKLEARN"]
+__all__ = ["load_digits", "batches", "DigitsCNN", "digits_mlp", "accuracy"]

@@ -1,34 +1,45 @@
-"""scikit-learn's 8x8 digits: the loader, the epoch order and the two reference models."""
+"""The 8x8 digits: the loader, the epoch order and the two reference models.
+
+The data (1797 images, 10 classes) ship inside the package as ``digits.npz``:
+uint8 pixels 0..16 and uint8 labels, the same numbers as scikit-learn's
+``load_digits`` (origin and licence in ``DIGITS.md`` next to it), so neither a
+download nor scikit-learn is needed.
+"""
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any, Iterator
 
 from .. import nn
 from .. import random as er
 
-# Error text (a constant so tests can check it).
-NO_SKLEARN = (
-    "the digits data come with scikit-learn, which is not installed; "
-    "fix: pip install scikit-learn (or pip install -e . in the ember checkout)"
-)
+#: the bundled file, a package resource next to this module
+DIGITS_FILE = "digits.npz"
+
+
+def _raw_digits() -> tuple[Any, Any]:
+    """``(images (1797, 8, 8) uint8 in 0..16, labels (1797,) uint8)`` NumPy arrays from the
+    bundled file (NumPy imported here: ``import ember`` loads no array library)."""
+    import numpy as np
+
+    with resources.files(__package__).joinpath(DIGITS_FILE).open("rb") as f, \
+            np.load(f, allow_pickle=False) as z:  # numbers only: never unpickle package data
+        return z["images"], z["labels"]
 
 
 def load_digits(seed: int = 0, test_fraction: float = 0.2, *, images: bool = True) -> tuple[Any, Any, Any, Any]:
-    """``(x_train, y_train, x_test, y_test)`` as NumPy arrays from scikit-learn's digits.
+    """``(x_train, y_train, x_test, y_test)`` as NumPy arrays from the bundled digits.
 
     Images are ``(N, 1, 8, 8)`` (or ``(N, 64)`` with ``images=False``, for an
     MLP) float32 in [0, 1]; labels int64. The split is a fixed permutation
     drawn from ``ember.random.key(seed)``: the first ``test_fraction`` of it is
     the test set.
     """
-    try:
-        from sklearn.datasets import load_digits as _sk_digits
-    except ImportError as e:
-        raise ImportError(NO_SKLEARN) from e
-    d = _sk_digits()
-    x = (d.images / 16.0).astype("float32")[:, None, :, :] if images else (d.data / 16.0).astype("float32")
-    y = d.target.astype("int64")
+    pixels, labels = _raw_digits()
+    scaled = pixels / 16.0
+    x = scaled.astype("float32")[:, None, :, :] if images else scaled.reshape(len(labels), 64).astype("float32")
+    y = labels.astype("int64")
     perm = er.permutation(er.key(seed), len(y))
     n_test = int(len(y) * test_fraction)
     test, train = perm[:n_test], perm[n_test:]

@@ -18,7 +18,7 @@ __all__ = ["client", "MemoryMonitor", "NO_DISTRIBUTED"]
 
 NO_DISTRIBUTED = (
     "ember.distributed.{op}: dask.distributed is not installed. Fix: "
-    "pip install 'ember[dask]' (installs dask[array,distributed] and zarr)"
+    'pip install -e ".[dask]" in the ember checkout (installs dask[array,distributed] and zarr)'
 )
 
 

@@ -64,7 +64,8 @@ def erf(x: Any) -> Any:
     The standard has no erf: ember sums a Chebyshev series (absolute error
     ~1e-16 in float64, ``autodiff/_erf.py``). On ember namespaces it is one
     primitive (``xp._erf``) whose gradient is ``2 / sqrt(pi) * exp(-x^2)``;
-    on NumPy its kernel is ``scipy.special.erf`` (float32 and float64).
+    on NumPy its kernel is ``scipy.special.erf`` where SciPy is installed
+    (float32 and float64; imported at the first call, never with ember).
     """
     xp = namespace(x)
     f = getattr(xp, "_erf", None)
