@@ -210,13 +210,15 @@ def train(
     resume: str | os.PathLike[str] | None = None,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     on_batch: Callable[[int, int, float], None] | None = None,
+    on_checkpoint: Callable[[int, Path], None] | None = None,
 ) -> Result:
     """Train the digits model of ``config``, writing a checkpoint and curves into ``out``.
 
     With ``resume`` (a directory holding a checkpoint) the model, optimizer
     state, epoch and history come from there and training continues to
     ``config.epochs``. ``on_epoch(epoch, metrics)`` and ``on_batch(done,
-    total, loss)`` report progress.
+    total, loss)`` report progress; ``on_checkpoint(epoch, directory)`` is
+    called as soon as the checkpoint of ``epoch`` is on disk.
     """
     from .. import io, optim
 
@@ -294,6 +296,8 @@ def train(
             "history": history,
             "config": dataclasses.asdict(config),
         })
+        if on_checkpoint is not None:
+            on_checkpoint(epoch + 1, out)
         curves = plot_curves(history, out / CURVES, title=title)  # every epoch: an interrupted run has one
         if on_epoch is not None:
             on_epoch(epoch + 1, {k: v[-1] for k, v in history.items()})
@@ -436,8 +440,9 @@ def run_train(
         console=console,
         transient=True,
     )
-    # "saved_in": where the newest checkpoint is (for the Ctrl-C hint)
-    state: dict[str, Any] = {"task": None, "epoch": start_epoch, "saved_in": resume}
+    # "saved": (epoch, directory) of the newest checkpoint, for the Ctrl-C hint
+    state: dict[str, Any] = {"task": None, "epoch": start_epoch,
+                             "saved": (start_epoch, resume) if resume is not None else None}
 
     def on_batch(done: int, total: int, loss: float) -> None:
         if state["task"] is None:
@@ -448,19 +453,20 @@ def run_train(
     def on_epoch(epoch: int, m: dict[str, float]) -> None:
         if state["task"] is not None:
             progress.remove_task(state["task"])
-        state["task"], state["epoch"], state["saved_in"] = None, epoch, out
+        state["task"], state["epoch"] = None, epoch
         console.print(f"epoch {epoch:3d}/{epochs}  loss {m['loss']:.4f}  train acc {m['train_acc']:.4f}  "
                       f"test acc {m['test_acc']:.4f}  ({m['seconds']:.1f}s)")
 
     try:
         with progress:
-            res = train(config, out, resume=resume, on_epoch=on_epoch, on_batch=on_batch)
+            res = train(config, out, resume=resume, on_epoch=on_epoch, on_batch=on_batch,
+                        on_checkpoint=lambda epoch, where: state.update(saved=(epoch, where)))
     except KeyboardInterrupt:
-        if state["saved_in"] is None:
+        if state["saved"] is None:
             raise TrainInterrupted(INTERRUPTED_EARLY) from None
-        command = _resume_command(state["saved_in"], backend=backend, checkpointing=checkpointing, epochs=epochs)
-        raise TrainInterrupted(INTERRUPTED.format(epoch=state["epoch"], path=state["saved_in"],
-                                                  command=command)) from None
+        epoch, where = state["saved"]
+        command = _resume_command(where, backend=backend, checkpointing=checkpointing, epochs=epochs)
+        raise TrainInterrupted(INTERRUPTED.format(epoch=epoch, path=where, command=command)) from None
     console.print(f"checkpoint: {res.checkpoint}")
     console.print(f"curves:     {res.curves}")
     console.print(f"test accuracy {res.test_accuracy:.4f} after {res.seconds:.1f}s of training"

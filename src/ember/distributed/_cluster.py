@@ -27,9 +27,9 @@ LOCALHOST = "127.0.0.1"
 
 
 def _bind_host(host: str | None) -> str:
-    """The bare host of a scheduler ``host`` (``tcp://10.0.0.5:8786`` -> ``10.0.0.5``); '' for all interfaces."""
+    """The bare host of a scheduler ``host`` (``tcp://10.0.0.5:8786`` -> ``10.0.0.5``); '' for none."""
     if not host:
-        return ""  # an interface= was named: Dask picks the dashboard's interface as before
+        return ""
     h = host.split("://", 1)[-1]
     if h.startswith("["):  # [IPv6]:port
         return h[: h.index("]") + 1]
@@ -73,10 +73,17 @@ def client(
     distributed = _distributed("client")
     if address is not None:
         return distributed.Client(address, **kwargs)
-    if "interface" not in kwargs:
-        kwargs.setdefault("host", LOCALHOST)
+    network = processes or kwargs.get("protocol") or kwargs.get("scheduler_port")  # else in-process
+    if network and not {"host", "interface", "protocol"} & kwargs.keys():
+        kwargs["host"] = LOCALHOST  # Dask's own default today; stated, so a changed default cannot expose it
     # a free port (no fixed one to collide on), on the scheduler's host rather than on every interface
-    kwargs.setdefault("dashboard_address", f"{_bind_host(kwargs.get('host'))}:0")
+    if "interface" not in kwargs:
+        kwargs.setdefault("dashboard_address", f"{_bind_host(kwargs.get('host')) or LOCALHOST}:0")
+    kwargs.setdefault("dashboard_address", ":0")
+    if not network and "interface" not in kwargs:
+        # an in-process worker still serves HTTP (health, metrics) and, having no TCP host to
+        # copy, would listen on every interface; this also turns on its dashboard page
+        kwargs.setdefault("worker_dashboard_address", f"{LOCALHOST}:0")
     return distributed.Client(
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,
