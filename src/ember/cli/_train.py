@@ -231,7 +231,7 @@ def train(
             raise TrainError(MODEL_MISMATCH.format(path=resume, saved=saved["model"], asked=config.model))
         _check_kept_settings(saved, config, resume)
     xp = namespace(config.backend)
-    _pyplot_available()  # fail before training, not after the first epoch
+    _matplotlib_available()  # fail before training, not after the first epoch
     x_tr, y_tr, x_te, y_te = load_digits(config.seed, images=config.model == "cnn")
     if config.quick:  # a smoke run: a slice of the data
         x_tr, y_tr, x_te, y_te = x_tr[:QUICK_TRAIN], y_tr[:QUICK_TRAIN], x_te[:QUICK_TEST], y_te[:QUICK_TEST]
@@ -318,7 +318,7 @@ def _check_kept_settings(saved: dict[str, Any], config: Config, resume: Any) -> 
         raise TrainError(SETTING_MISMATCH.format(path=resume, key=key, saved=saved[key], asked=asked))
 
 
-def _pyplot_available() -> None:
+def _matplotlib_available() -> None:
     try:
         import matplotlib.figure  # noqa: F401
     except ImportError as e:
@@ -332,7 +332,7 @@ def plot_curves(history: dict[str, list[float]], path: Path, title: str = "") ->
     needs no GUI backend; the file is written by :func:`write_atomic`, so a
     planted symlink in a shared output directory is never followed.
     """
-    _pyplot_available()
+    _matplotlib_available()
     from matplotlib.figure import Figure
 
     epochs = list(range(1, len(history["loss"]) + 1))
