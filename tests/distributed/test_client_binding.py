@@ -13,6 +13,18 @@ import ember.distributed  # noqa: E402
 LOOPBACK = {"127.0.0.1", "::1"}
 
 
+@pytest.fixture(autouse=True)
+def _keep_environ():
+    """Starting worker processes sets variables (MALLOC_TRIM_THRESHOLD_ ...) in this process's
+    environment; later tests' subprocesses (``ember info``) must not inherit them."""
+    import os
+
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def _listening(pid_root: int) -> list[tuple[int, str, int]]:
     """(pid, ip, port) of every listening TCP socket of a process and its children."""
     root = psutil.Process(pid_root)
