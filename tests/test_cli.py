@@ -130,12 +130,12 @@ def test_missing_checkpoint_is_one_line_and_debug_shows_traceback(tmp_path):
 
 
 def test_unknown_backend_is_one_line():
-    line = assert_one_line_error(ember("train", "--backend", "tensorflow"))
+    line = assert_one_line_error(ember("train", "--backend", "tensorflow"), rc=2)  # a usage error
     assert "'tensorflow'" in line and "numpy" in line and "array_api_strict" in line
 
 
 def test_unknown_model_and_bad_option_are_one_line():
-    assert "mlp, cnn" in assert_one_line_error(ember("train", "--model", "resnet"))
+    assert "mlp, cnn" in assert_one_line_error(ember("train", "--model", "resnet"), rc=2)
     line = assert_one_line_error(ember("train", "--checkpointing", "all"), rc=2)
     assert "balanced" in line and "--help" in line
     assert "frobnicate" in assert_one_line_error(ember("frobnicate"), rc=2)

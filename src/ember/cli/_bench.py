@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from . import _repo
+from ._console import make_console, print_table
+from ._files import write_atomic
 
 DEFAULT_SCRIPTS = ("overhead", "mlp", "conv")
 MARKER = "benchmarks/_harness.py"
@@ -60,33 +62,61 @@ def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
-    """A bar chart of ratio vs reference per workload (log scale); None without data."""
-    import matplotlib
+def _ratio_label(v: float, _pos: Any = None) -> str:
+    """An axis or bar label for a ratio: ``0.6x``, ``1x``, ``12x`` (never ``6x10^-1``)."""
+    return f"{v:.2g}x" if v < 10 else f"{v:.0f}x"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def chart(results: list[dict[str, Any]]) -> Any:
+    """The bench chart as a matplotlib ``Figure``, or None without ratios to draw.
+
+    One panel per workload: a horizontal bar per implementation, its length
+    the ratio of its time to the workload's reference (below 1: faster than
+    the reference), its value written at its end, and a line at 1. The axis
+    is logarithmic only when the ratios span more than a factor of 10, and
+    its ticks are plain ratios (``0.5x``, ``1x``, ``2x``).
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
     data = [(w, {k: r["ratio"] for k, r in w["results"].items() if r.get("ratio")}) for w in results]
     data = [(w, d) for w, d in data if d]
     if not data:
         return None
-    fig, axes = plt.subplots(len(data), 1, figsize=(7, 1.0 + 0.35 * sum(len(d) for _, d in data) + 0.6 * len(data)),
-                             squeeze=False)
+    fig = Figure(figsize=(7.5, 1.0 + 0.35 * sum(len(d) for _, d in data) + 0.6 * len(data)))
+    axes = fig.subplots(len(data), 1, squeeze=False)
     for ax, (w, d) in zip(axes[:, 0], data):
         names = list(d)
+        values = [d[n] for n in names]
         colors = ["tab:red" if n.startswith("ember") else "tab:gray" for n in names]
-        ax.barh(names, [d[n] for n in names], color=colors)
+        bars = ax.barh(names, values, color=colors)
+        ax.bar_label(bars, labels=[_ratio_label(v) for v in values], padding=3, fontsize=8)
         ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_xscale("log")
+        lo, hi = min(values + [1.0]), max(values + [1.0])
+        if hi / lo > 10:
+            ax.set_xscale("log")
+            ticks = [m * 10.0 ** e for e in range(-6, 7) for m in (1, 2, 5)]
+            ax.xaxis.set_major_locator(FixedLocator([t for t in ticks if lo / 2 <= t <= hi * 2]))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_xlim(lo / 1.5, hi * 3)  # room for the value labels
+        else:
+            ax.set_xlim(0, hi * 1.25)
+        ax.xaxis.set_major_formatter(FuncFormatter(_ratio_label))
         ax.invert_yaxis()
-        ax.set_title(f"{w['name']}: time / {w['reference']} (lower is better)", fontsize=9)
+        ax.set_title(f"{w['name']}: time / {w['reference']} time (lower is better)", fontsize=9)
         ax.tick_params(labelsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
+    """Write :func:`chart` as a PNG at ``path`` (atomically); None without data."""
+    fig = chart(results)
+    if fig is None:
+        return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
 
 
 def run_bench(
@@ -101,14 +131,13 @@ def run_bench(
     """``ember bench``: run ``scripts`` (default: overhead, mlp, conv), print ratios, write a chart.
 
     With ``every`` it runs ``benchmarks/all.py`` instead (every script unless
-    ``scripts`` names some), which also writes issue 12's acceptance table and
-    the README's tables to ``OUT/summary.md``. Returns the exit status: 0 when
+    ``scripts`` names some), which also prints each performance target with
+    its measured ratio and verdict and writes the tables to ``OUT/summary.md``. Returns the exit status: 0 when
     every script ran, 1 otherwise.
     """
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = make_console()
     root = _repo.find(MARKER, repo)
     known = available_scripts(root)
     for s in scripts:
@@ -141,28 +170,30 @@ def run_bench(
             console.print(f"benchmarks/{s}.py done (full output: {log})")
 
     results = load_results(results_dir)
-    table = Table(title="ember bench: median time per call, ratio vs each workload's reference")
+    console.print("ember bench: median time per call, and its ratio to each workload's reference "
+                  "(below 1x: faster than the reference)")
+    table = Table()
     for col in ("workload", "implementation", "median", "ratio", "note"):
         table.add_column(col, overflow="fold")
     for r in rows(results):
         table.add_row(*r)
-    console.print(table)
+    print_table(console, table)
     for w in results:
         for label, v in (w.get("ratios") or {}).items():
             console.print(f"  {w['name']}: {label} = " + (f"{v:.2f}x" if v is not None else "n/a"))
     try:
-        chart = plot(results, out / "bench.png")
+        png = plot(results, out / "bench.png")
     except ImportError:
         console.print('chart skipped: matplotlib is not installed '
                       '(pip install -e ".[cli]" in the ember checkout)')
     else:
-        console.print(f"chart: {chart}" if chart else "chart skipped: no ratios to draw")
+        console.print(f"chart: {png}" if png else "chart skipped: no ratios to draw")
     console.print(f"results: {results_dir}")
     return status
 
 
 def _run_all(console: Any, root: Path, quick: bool, scripts: Any, only: str | None, out: Path) -> int:
-    """``benchmarks/all.py`` into ``out`` (its output streamed), then its acceptance table."""
+    """``benchmarks/all.py`` into ``out`` (its output streamed), then its table of performance targets."""
     out.mkdir(parents=True, exist_ok=True)
     summary = out / "summary.md"
     summary.unlink(missing_ok=True)  # (a run that fails before its summary shows no older one)
@@ -176,6 +207,6 @@ def _run_all(console: Any, root: Path, quick: bool, scripts: Any, only: str | No
     status = subprocess.run(cmd, cwd=root / "benchmarks", env=_env(root)).returncode
     if summary.is_file():
         text = summary.read_text()
-        console.print(text.split("\n\n")[0], soft_wrap=True, markup=False)  # the acceptance table
-        console.print(f"tables for the README: {summary}")
+        console.print(text.split("\n\n")[0], soft_wrap=True, markup=False)  # the performance targets met or not
+        console.print(f"performance tables: {summary}")
     return 1 if status else 0

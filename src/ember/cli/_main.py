@@ -1,7 +1,8 @@
 """Entry point of the ``ember`` command, built on click.
 
 Errors are one clear line with the fix and a non-zero exit (1 for a failed
-job, 2 for a wrong command line); ``--debug`` shows the traceback.
+job, 2 for a wrong command line, 130 for Ctrl-C); ``--debug`` shows the
+traceback. A bare ``ember`` prints the help.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import click
 
 from .._errors import EmberError
 
-#: Exceptions shown as one line (anything else is a bug: full traceback).
-_USER_ERRORS = (EmberError, FileNotFoundError, NotADirectoryError, PermissionError, ImportError, ValueError)
+#: Exceptions shown as one line (anything else is a bug: full traceback). OSError covers the
+#: machine's state (a full disk, a read-only mount), which no traceback helps with.
+_USER_ERRORS = (EmberError, OSError, ImportError, ValueError)
+
+ABORTED = "ember: aborted"
 
 
 def _one_line(e: BaseException) -> str:
@@ -28,8 +32,14 @@ class _Group(click.Group):
             return super().main(argv, prog_name or "ember", complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as e:
             sys.exit(e.exit_code)
-        except click.Abort:
-            click.echo("ember: aborted", err=True)
+        except click.exceptions.NoArgsIsHelpError as e:  # a bare `ember`: the help, as `--help` shows it
+            click.echo(e.ctx.get_help())
+            sys.exit(0)
+        except click.Abort as e:
+            # Ctrl-C; a command may say in the interrupt's message how to pick up where it stopped
+            why = e.__cause__
+            hint = str(why) if isinstance(why, KeyboardInterrupt) else ""
+            click.echo(f"{ABORTED}: {hint}" if hint else ABORTED, err=True)
             sys.exit(130)
         except click.UsageError as e:
             cmd = e.ctx.command_path if e.ctx is not None else "ember"
@@ -77,10 +87,26 @@ def info():
                             else "not glibc: left as it is"))
 
 
+def _known(kind: str):
+    """A click callback: an unknown backend or model is a usage error (exit 2) with the choices."""
+
+    def check(ctx, param, value):
+        from . import _train
+
+        known, text = ((_train.BACKENDS, _train.UNKNOWN_BACKEND) if kind == "backend"
+                       else (_train.MODELS, _train.UNKNOWN_MODEL))
+        if value is not None and value not in known:
+            raise click.BadParameter(text.format(name=value, known=", ".join(known)))
+        return value
+
+    return check
+
+
 @main.command()
-@click.option("--backend", default="numpy", show_default=True,
+@click.option("--backend", default="numpy", show_default=True, callback=_known("backend"),
               help="numpy, dask, cupy or array_api_strict.")
-@click.option("--model", default=None, help="mlp or cnn  [default: cnn, or the resumed run's]")
+@click.option("--model", default=None, callback=_known("model"),
+              help="mlp or cnn  [default: cnn, or the resumed run's]")
 @click.option("--epochs", type=click.IntRange(min=1), default=None,
               help="Total epochs (a resumed run continues up to it).  [default: 8; --quick: 2]")
 @click.option("--checkpointing", type=click.Choice(["none", "balanced"]), default="none", show_default=True,
@@ -90,10 +116,15 @@ def info():
                    "or the --resume directory]")
 @click.option("--resume", type=click.Path(path_type=Path), default=None,
               help="Continue from the checkpoint in this directory.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the init, split and batch order.")
-@click.option("--quick", is_flag=True, help="Smoke run: a slice of the data, 2 epochs.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="Seed of the init, split and batch order.  [default: 0, or the resumed run's]")
+@click.option("--quick", is_flag=True,
+              help="Smoke run: a slice of the data, 2 epochs (checks the setup; the accuracy means nothing).")
 def train(backend, model, epochs, checkpointing, out, resume, seed, quick):
-    """Train a digits classifier (bundled data, no download); checkpoint + curves PNG."""
+    """Train a digits classifier (bundled data, no download); checkpoint + curves PNG every epoch.
+
+    Ctrl-C stops it and prints the --resume command that continues from the last finished epoch.
+    """
     from ._train import run_train
 
     run_train(backend=backend, model=model, epochs=epochs, checkpointing=checkpointing,
@@ -110,10 +141,14 @@ def train(backend, model, epochs, checkpointing, out, resume, seed, quick):
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="ember source checkout holding benchmarks/ (default: found from the package or cwd).")
 @click.option("--all", "every", is_flag=True,
-              help="Every script through benchmarks/all.py (about 20 minutes; --script narrows it), "
-                   "with issue 12's acceptance table and the README's tables in OUT/summary.md.")
+              help="Every script through benchmarks/all.py (about 20 minutes; --script narrows it); "
+                   "prints each performance target with its measured ratio, confidence interval and "
+                   "verdict, and writes the performance tables to OUT/summary.md.")
 def bench(quick, scripts, only, out, repo, every):
-    """Run the benchmarks; print ratios against the installed peers; write a PNG chart."""
+    """Time ember against NumPy and the installed peers; print the ratios; chart them in OUT/bench.png.
+
+    Needs ember's source checkout (benchmarks/ is not in the package).
+    """
     from ._bench import run_bench
 
     sys.exit(run_bench(quick=quick, scripts=scripts, only=only, out=out, repo=repo, every=every))

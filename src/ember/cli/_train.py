@@ -11,13 +11,16 @@ continues exactly as the uninterrupted run would.
 The checkpoint (``OUT/checkpoint.safetensors``, written atomically by
 :func:`ember.io.save`) holds the model, the optimizer state, the epoch, the
 history of loss/accuracy and the run's configuration; ``OUT/curves.png``
-shows the curves.
+shows the curves. Both are rewritten after every epoch, so an interrupted run
+keeps its last finished epoch and its plot. Everything read back on
+``--resume`` is checked (:mod:`ember.cli._resume`) before use.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -26,6 +29,8 @@ from .. import nn, tree
 from .. import random as er
 from .._errors import EmberError, FileFormatError
 from ..data import DigitsCNN, accuracy, batches, digits_mlp, load_digits
+from ._files import check_writable, write_atomic
+from ._resume import BadCheckpointValue, check_checkpoint
 
 __all__ = ["BACKENDS", "MODELS", "Config", "Result", "load_digits", "build_model", "train"]
 
@@ -33,6 +38,7 @@ BACKENDS = ("numpy", "dask", "cupy", "array_api_strict")
 MODELS = ("mlp", "cnn")
 CHECKPOINT = "checkpoint.safetensors"
 CURVES = "curves.png"
+QUICK_TRAIN, QUICK_TEST = 256, 128  # images in a --quick run's slices of the data
 
 # Error texts (constants so tests can check them).
 UNKNOWN_BACKEND = "unknown backend {name!r}; choose one of {known} (e.g. --backend numpy)"
@@ -57,6 +63,32 @@ ALREADY_DONE = (
     "--resume {path}: the checkpoint is at epoch {epoch}, which is not below "
     "--epochs {epochs}; pass a larger --epochs to train further"
 )
+SEED_MISMATCH = (
+    "--resume {path}: the run was started with --seed {saved}, not {asked}; the seed fixes the "
+    "train/test split and the batch order, so a resumed run keeps it: drop --seed (or pass --seed {saved})"
+)
+QUICK_MISMATCH = (
+    "--resume {path}: the run was started without --quick, and --quick would train the rest on a "
+    "slice of the data: drop --quick (or start a new --quick run with another --out)"
+)
+SETTING_MISMATCH = (
+    "--resume {path}: the run was started with {key}={saved!r}, not {asked!r}; a resumed run keeps "
+    "the settings it started with: use the checkpoint's value"
+)
+OUT_NOT_WRITABLE = (
+    "--out {path}: cannot write there ({why}); pass --out a directory you can write to, "
+    "e.g. --out ./ember-runs/mine"
+)
+QUICK_NOTE = (
+    "a --quick smoke run ({n_train} training images): it checks that training runs, and its "
+    "accuracy says nothing about the model (near chance, 0.1, is normal); drop --quick for a real run"
+)
+QUICK_RESULT = "a --quick smoke run: this accuracy says nothing about the model; drop --quick for a real run"
+INTERRUPTED = "the checkpoint of epoch {epoch} is in {path}; continue with: {command}"
+INTERRUPTED_EARLY = "no epoch had finished, so nothing was saved"
+
+#: Run settings a resumed run must share with its checkpoint (the split, the batches, the steps).
+_KEPT_SETTINGS = ("seed", "quick", "batch", "optimizer", "lr", "lr_decay")
 
 
 class TrainError(EmberError, ValueError):
@@ -151,7 +183,7 @@ def _maybe_compute(x: Any, lazy: bool) -> Any:
 
 
 def read_checkpoint(directory: Path) -> dict[str, Any]:
-    """The checkpoint of an earlier run as a dict (NumPy arrays); one-line errors."""
+    """The checkpoint of an earlier run as a dict (NumPy arrays), every setting checked; one-line errors."""
     path = Path(directory) / CHECKPOINT
     if not Path(directory).is_dir() or not path.is_file():
         raise TrainError(NO_CHECKPOINT.format(path=directory, name=CHECKPOINT))
@@ -164,6 +196,10 @@ def read_checkpoint(directory: Path) -> dict[str, Any]:
     except (FileFormatError, KeyError, TypeError, ValueError) as e:
         why = " ".join(str(e).split()) or type(e).__name__
         raise TrainError(BAD_CHECKPOINT.format(path=directory, why=why)) from None
+    try:
+        check_checkpoint(ckpt, Path(directory), backends=BACKENDS, models=MODELS)
+    except BadCheckpointValue as e:
+        raise TrainError(str(e)) from None
     return ckpt
 
 
@@ -174,13 +210,15 @@ def train(
     resume: str | os.PathLike[str] | None = None,
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     on_batch: Callable[[int, int, float], None] | None = None,
+    on_checkpoint: Callable[[int, Path], None] | None = None,
 ) -> Result:
     """Train the digits model of ``config``, writing a checkpoint and curves into ``out``.
 
     With ``resume`` (a directory holding a checkpoint) the model, optimizer
     state, epoch and history come from there and training continues to
     ``config.epochs``. ``on_epoch(epoch, metrics)`` and ``on_batch(done,
-    total, loss)`` report progress.
+    total, loss)`` report progress; ``on_checkpoint(epoch, directory)`` is
+    called as soon as the checkpoint of ``epoch`` is on disk.
     """
     from .. import io, optim, training
 
@@ -189,12 +227,14 @@ def train(
     if resume is not None:
         ckpt = read_checkpoint(Path(resume))
         saved = ckpt["config"]
-        if saved.get("model") != config.model:
-            raise TrainError(MODEL_MISMATCH.format(path=resume, saved=saved.get("model"), asked=config.model))
+        if saved["model"] != config.model:
+            raise TrainError(MODEL_MISMATCH.format(path=resume, saved=saved["model"], asked=config.model))
+        _check_kept_settings(saved, config, resume)
     xp = namespace(config.backend)
+    _matplotlib_available()  # fail before training, not after the first epoch
     x_tr, y_tr, x_te, y_te = load_digits(config.seed, images=config.model == "cnn")
     if config.quick:  # a smoke run: a slice of the data
-        x_tr, y_tr, x_te, y_te = x_tr[:256], y_tr[:256], x_te[:128], y_te[:128]
+        x_tr, y_tr, x_te, y_te = x_tr[:QUICK_TRAIN], y_tr[:QUICK_TRAIN], x_te[:QUICK_TEST], y_te[:QUICK_TEST]
 
     key = er.key(config.seed)
     key, k_init = er.split(key)
@@ -202,8 +242,10 @@ def train(
     schedule = optim.schedules.step(config.lr, steps_per_epoch, config.lr_decay)
     if config.optimizer == "sgd":
         opt = optim.SGD(schedule, momentum=0.9)
-    else:
+    elif config.optimizer == "adam":
         opt = optim.Adam(schedule)
+    else:
+        raise TrainError(f"unknown optimizer {config.optimizer!r}; choose 'sgd' or 'adam'")
     if ckpt is None:
         model = build_model(config.model, k_init, xp)
         state = opt.init(model)
@@ -216,7 +258,7 @@ def train(
         except (EmberError, ValueError, TypeError, KeyError) as e:
             raise TrainError(BAD_CHECKPOINT.format(path=resume, why=" ".join(str(e).split()))) from None
         start_epoch = int(ckpt["epoch"])
-        history = {k: [float(v) for v in ckpt["history"].get(k, [])] for k in history}
+        history = {k: [float(v) for v in ckpt["history"][k]] for k in history}
         if start_epoch >= config.epochs:
             raise TrainError(ALREADY_DONE.format(path=resume, epoch=start_epoch, epochs=config.epochs))
 
@@ -228,6 +270,7 @@ def train(
                             checkpointing=config.checkpointing)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    title = f"ember train: {config.model} on digits ({config.backend})"
     n = len(y_tr)
     base_seconds = history["seconds"][-1] if history["seconds"] else 0.0
     t0 = time.perf_counter()
@@ -253,24 +296,48 @@ def train(
             "history": history,
             "config": dataclasses.asdict(config),
         })
+        if on_checkpoint is not None:
+            on_checkpoint(epoch + 1, out)
+        curves = plot_curves(history, out / CURVES, title=title)  # every epoch: an interrupted run has one
         if on_epoch is not None:
             on_epoch(epoch + 1, {k: v[-1] for k, v in history.items()})
     seconds = time.perf_counter() - t0
-    curves = plot_curves(history, out / CURVES, title=f"ember train: {config.model} on digits ({config.backend})")
     return Result(model, history["test_acc"][-1], seconds, config.epochs, history, out / CHECKPOINT, curves)
 
 
-def plot_curves(history: dict[str, list[float]], path: Path, title: str = "") -> Path:
-    """Write loss and accuracy per epoch as a PNG (matplotlib, Agg backend)."""
-    try:
-        import matplotlib
+def _check_kept_settings(saved: dict[str, Any], config: Config, resume: Any) -> None:
+    """Refuse a resume whose settings differ from the checkpoint's where that changes the run."""
+    for key in _KEPT_SETTINGS:
+        asked = getattr(config, key)
+        if saved[key] == asked:
+            continue
+        if key == "seed":
+            raise TrainError(SEED_MISMATCH.format(path=resume, saved=saved[key], asked=asked))
+        if key == "quick":
+            raise TrainError(QUICK_MISMATCH.format(path=resume))
+        raise TrainError(SETTING_MISMATCH.format(path=resume, key=key, saved=saved[key], asked=asked))
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def _matplotlib_available() -> None:
+    try:
+        import matplotlib.figure  # noqa: F401
     except ImportError as e:
         raise ImportError(NO_MATPLOTLIB) from e
+
+
+def plot_curves(history: dict[str, list[float]], path: Path, title: str = "") -> Path:
+    """Write loss and accuracy per epoch as a PNG, atomically (matplotlib's Agg canvas).
+
+    A ``Figure`` made directly (not through pyplot) keeps no global state and
+    needs no GUI backend; the file is written by :func:`write_atomic`, so a
+    planted symlink in a shared output directory is never followed.
+    """
+    _matplotlib_available()
+    from matplotlib.figure import Figure
+
     epochs = list(range(1, len(history["loss"]) + 1))
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig = Figure(figsize=(9, 3.5))
+    a1, a2 = fig.subplots(1, 2)
     a1.plot(epochs, history["loss"], marker="o")
     a1.set_xlabel("epoch")
     a1.set_ylabel("training loss")
@@ -283,14 +350,24 @@ def plot_curves(history: dict[str, list[float]], path: Path, title: str = "") ->
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
 
 
 # ------------------------------------------------------------------------ the command
+
+
+class TrainInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``ember train``; its message says where the last checkpoint is and how to resume."""
+
+
+def _resume_command(directory: Path, *, backend: str, checkpointing: str, epochs: int) -> str:
+    """The ``ember train --resume`` line that continues this run with its own options."""
+    parts = ["ember", "train", "--resume", shlex.quote(str(directory)), "--epochs", str(epochs)]
+    if backend != "numpy":
+        parts += ["--backend", backend]
+    if checkpointing != "none":
+        parts += ["--checkpointing", checkpointing]
+    return " ".join(parts)
 
 
 def run_train(
@@ -301,25 +378,39 @@ def run_train(
     checkpointing: str = "none",
     out: Path | None = None,
     resume: Path | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     quick: bool = False,
 ) -> Result:
-    """``ember train``: check the arguments, train with a rich progress bar, print the result."""
-    from rich.console import Console
+    """``ember train``: check the arguments, train with a rich progress bar, print the result.
+
+    ``seed=None`` means 0 for a new run and the checkpoint's seed for a
+    resumed one; a different seed (or ``--quick`` on a full run) is refused,
+    since either would change the data of a run half done. Ctrl-C raises
+    :class:`TrainInterrupted` naming the ``--resume`` command.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=False, highlight=False)
+    from ._console import make_console
+
+    console = make_console()
     if backend not in BACKENDS:
         raise TrainError(UNKNOWN_BACKEND.format(name=backend, known=", ".join(BACKENDS)))
     if model is not None and model not in MODELS:
         raise TrainError(UNKNOWN_MODEL.format(name=model, known=", ".join(MODELS)))
     namespace(backend)  # a missing backend fails here, before any output
     saved: dict[str, Any] = {}
+    start_epoch = 0
     if resume is not None:
-        saved = read_checkpoint(resume)["config"]
-        model = model or saved.get("model")
-        quick = quick or bool(saved.get("quick"))
-        seed = int(saved.get("seed", seed)) if seed == 0 else seed
+        ckpt = read_checkpoint(resume)
+        saved, start_epoch = ckpt["config"], ckpt["epoch"]
+        model = model or saved["model"]
+        if quick and not saved["quick"]:
+            raise TrainError(QUICK_MISMATCH.format(path=resume))
+        quick = saved["quick"]
+        if seed is not None and seed != saved["seed"]:
+            raise TrainError(SEED_MISMATCH.format(path=resume, saved=saved["seed"], asked=seed))
+        seed = saved["seed"]
+    seed = 0 if seed is None else seed
     model = model or "cnn"
     if epochs is None:
         epochs = 2 if quick else Config.epochs
@@ -330,10 +421,16 @@ def run_train(
         out = resume if resume is not None else Path("ember-runs") / f"{model}-{backend}"
     if out.exists() and not out.is_dir():
         raise TrainError(f"--out {out}: exists and is not a directory; pass a directory path")
+    try:
+        check_writable(out)
+    except OSError as e:
+        raise TrainError(OUT_NOT_WRITABLE.format(path=out, why=e.strerror or type(e).__name__)) from None
 
     console.print(f"ember train: {model} on digits, backend {backend}, {epochs} epochs, "
                   f"{config.optimizer} lr {config.lr} (x{config.lr_decay} per epoch)"
-                  + (f", resuming from {resume}" if resume is not None else "") + (" (quick)" if quick else ""))
+                  + (f", resuming from {resume}" if resume is not None else ""))
+    if quick:
+        console.print("note: " + QUICK_NOTE.format(n_train=QUICK_TRAIN))
     progress = Progress(
         TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"),
         BarColumn(),
@@ -343,7 +440,9 @@ def run_train(
         console=console,
         transient=True,
     )
-    state: dict[str, Any] = {"task": None, "epoch": 0}
+    # "saved": (epoch, directory) of the newest checkpoint, for the Ctrl-C hint
+    state: dict[str, Any] = {"task": None, "epoch": start_epoch,
+                             "saved": (start_epoch, resume) if resume is not None else None}
 
     def on_batch(done: int, total: int, loss: float) -> None:
         if state["task"] is None:
@@ -358,11 +457,18 @@ def run_train(
         console.print(f"epoch {epoch:3d}/{epochs}  loss {m['loss']:.4f}  train acc {m['train_acc']:.4f}  "
                       f"test acc {m['test_acc']:.4f}  ({m['seconds']:.1f}s)")
 
-    if resume is not None:
-        state["epoch"] = int(read_checkpoint(resume)["epoch"])
-    with progress:
-        res = train(config, out, resume=resume, on_epoch=on_epoch, on_batch=on_batch)
+    try:
+        with progress:
+            res = train(config, out, resume=resume, on_epoch=on_epoch, on_batch=on_batch,
+                        on_checkpoint=lambda epoch, where: state.update(saved=(epoch, where)))
+    except KeyboardInterrupt:
+        if state["saved"] is None:
+            raise TrainInterrupted(INTERRUPTED_EARLY) from None
+        epoch, where = state["saved"]
+        command = _resume_command(where, backend=backend, checkpointing=checkpointing, epochs=epochs)
+        raise TrainInterrupted(INTERRUPTED.format(epoch=epoch, path=where, command=command)) from None
     console.print(f"checkpoint: {res.checkpoint}")
     console.print(f"curves:     {res.curves}")
-    console.print(f"test accuracy {res.test_accuracy:.4f} after {res.seconds:.1f}s of training")
+    console.print(f"test accuracy {res.test_accuracy:.4f} after {res.seconds:.1f}s of training"
+                  + (f" ({QUICK_RESULT})" if quick else ""))
     return res

@@ -22,6 +22,22 @@ NO_DISTRIBUTED = (
 )
 
 
+#: Where a local cluster listens unless the caller says otherwise.
+LOCALHOST = "127.0.0.1"
+
+
+def _bind_host(host: str | None) -> str:
+    """The bare host of a scheduler ``host`` (``tcp://10.0.0.5:8786`` -> ``10.0.0.5``); '' for none."""
+    if not host:
+        return ""
+    h = host.split("://", 1)[-1]
+    if h.startswith("["):  # [IPv6]:port
+        return h[: h.index("]") + 1]
+    if h.count(":") == 1:  # host:port
+        return h.rsplit(":", 1)[0]
+    return f"[{h}]" if ":" in h else h  # a bare IPv6 address, or a name
+
+
 def _distributed(op: str):
     try:
         import distributed
@@ -48,11 +64,26 @@ def client(
     closing the client (``with ember.distributed.client() as c:``) stops it.
     The client becomes Dask's default, so ``ember.compute`` uses it.
     Other ``kwargs`` go to ``distributed.Client``.
+
+    The local cluster listens on 127.0.0.1 only (scheduler, workers and the
+    dashboard, which Dask would otherwise open on every interface): nothing
+    of it is reachable from the network unless asked for with ``host=``,
+    ``interface=`` or ``dashboard_address=`` (e.g. ``host="0.0.0.0"``).
     """
     distributed = _distributed("client")
     if address is not None:
         return distributed.Client(address, **kwargs)
-    kwargs.setdefault("dashboard_address", ":0")  # no fixed port to collide on
+    network = processes or kwargs.get("protocol") or kwargs.get("scheduler_port")  # else in-process
+    if network and not {"host", "interface", "protocol"} & kwargs.keys():
+        kwargs["host"] = LOCALHOST  # Dask's own default today; stated, so a changed default cannot expose it
+    # a free port (no fixed one to collide on), on the scheduler's host rather than on every interface
+    if "interface" not in kwargs:
+        kwargs.setdefault("dashboard_address", f"{_bind_host(kwargs.get('host')) or LOCALHOST}:0")
+    kwargs.setdefault("dashboard_address", ":0")
+    if not network and "interface" not in kwargs:
+        # an in-process worker still serves HTTP (health, metrics) and, having no TCP host to
+        # copy, would listen on every interface; this also turns on its dashboard page
+        kwargs.setdefault("worker_dashboard_address", f"{LOCALHOST}:0")
     return distributed.Client(
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,

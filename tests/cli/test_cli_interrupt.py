@@ -1,0 +1,73 @@
+"""Ctrl-C during ``ember train``: the run keeps its last epoch (checkpoint and curves) and says how
+to continue. Runs the real console script and sends it SIGINT, as a terminal's Ctrl-C does."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import time
+
+from _cli_run import ember, popen_ember
+
+from ember.io import load as load_file
+
+
+def _wait_for(paths, proc, timeout=120.0):
+    t0 = time.monotonic()
+    while not all(p.exists() for p in paths):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() - t0 < timeout, f"{paths} not written within {timeout}s"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_keeps_the_last_epoch_and_prints_the_resume_command(tmp_path):
+    out = tmp_path / "run"
+    # far more epochs than can finish before the signal: the run is always mid-training
+    proc = popen_ember("train", "--quick", "--model", "mlp", "--epochs", "500", "--out", str(out))
+    try:
+        _wait_for([out / "checkpoint.safetensors", out / "curves.png"], proc)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stderr + stdout
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ember: aborted: the checkpoint of epoch "), stderr
+
+    # the plot of an interrupted run is there (written every epoch, not at the end), whole
+    png = (out / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[-8:] == b"IEND\xaeB`\x82"
+    assert not [f for f in out.iterdir() if f.name.startswith(".")]  # no temp file left behind
+
+    saved = load_file(out / "checkpoint.safetensors")["epoch"]
+    assert 1 <= saved < 500
+    hint = lines[0]
+    assert f"epoch {saved} is in {out}" in hint
+    command = hint.split("continue with: ", 1)[1]
+    assert shlex.split(command) == ["ember", "train", "--resume", str(out), "--epochs", "500"]
+
+    # the printed command continues the run (with fewer epochs here, to keep the test short)
+    argv = shlex.split(command)[1:]
+    argv[argv.index("--epochs") + 1] = str(saved + 1)
+    p = ember(*argv)
+    assert p.returncode == 0, p.stderr
+    assert f"epoch {saved + 1:3d}/{saved + 1}" in p.stdout
+    assert load_file(out / "checkpoint.safetensors")["epoch"] == saved + 1
+
+
+def test_ctrl_c_before_the_first_epoch_says_nothing_was_saved(tmp_path):
+    out = tmp_path / "run"
+    proc = popen_ember("train", "--epochs", "3", "--out", str(out))
+    try:
+        while not out.is_dir():  # --out is made (and checked) just before training starts
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert not (out / "checkpoint.safetensors").exists()  # a full epoch takes seconds
+    assert [ln for ln in stderr.splitlines() if ln.strip()] == [
+        "ember: aborted: no epoch had finished, so nothing was saved"]
