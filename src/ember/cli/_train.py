@@ -34,6 +34,8 @@ from ._resume import BadCheckpointValue, check_checkpoint
 
 __all__ = ["BACKENDS", "MODELS", "Config", "Result", "load_digits", "build_model", "train"]
 
+#: ``--backend``'s default.
+DEFAULT_BACKEND = "numpy"
 BACKENDS = ("numpy", "dask", "cupy", "array_api_strict")
 MODELS = ("mlp", "cnn")
 CHECKPOINT = "checkpoint.safetensors"
@@ -363,7 +365,7 @@ class TrainInterrupted(KeyboardInterrupt):
 def _resume_command(directory: Path, *, backend: str, checkpointing: str, epochs: int) -> str:
     """The ``ember train --resume`` line that continues this run with its own options."""
     parts = ["ember", "train", "--resume", shlex.quote(str(directory)), "--epochs", str(epochs)]
-    if backend != "numpy":
+    if backend != DEFAULT_BACKEND:  # (the option's default: said only when it differs)
         parts += ["--backend", backend]
     if checkpointing != "none":
         parts += ["--checkpointing", checkpointing]
