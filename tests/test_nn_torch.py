@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip(
+    "torch", reason='torch is not installed (pip install -e ".[torch]"): the comparisons with torch.nn are skipped')
 
 import ember  # noqa: E402
 import ember.autodiff.numpy as xp  # noqa: E402

@@ -67,3 +67,21 @@ def test_digits_examples_need_no_extra(script):
     p = _run_without(EXTRAS, "path", str(ROOT / "examples" / script), "--quick")
     assert p.returncode == 0, p.stderr
     assert float(p.stdout.strip().splitlines()[-1].split()[2]) > 0.3  # "test accuracy 0.xx ..."
+
+
+def _project() -> dict:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_core_install_is_an_array_librarys_core():
+    names = sorted(d.split(">")[0].split("=")[0].split("<")[0] for d in _project()["dependencies"])
+    assert names == ["array-api-compat", "array-api-extra", "numpy", "safetensors"]
+
+
+def test_extras_cli_torch_and_a_torch_free_test_extra():
+    extras = _project()["optional-dependencies"]
+    assert {"click", "rich", "matplotlib"} <= {d.split(">")[0] for d in extras["cli"]}
+    assert extras["torch"] == ["torch>=2.4,<3"]
+    assert not any(d.startswith("torch") for d in extras["test"])  # a multi-GB download otherwise
+    assert any(d.startswith("ember[") and "cli" in d and "dask" in d for d in extras["test"])
