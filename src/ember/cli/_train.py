@@ -372,6 +372,50 @@ def _resume_command(directory: Path, *, backend: str, checkpointing: str, epochs
     return " ".join(parts)
 
 
+def _train_with_progress(console: Any, config: Config, out: Path, resume: Path | None,
+                         state: dict[str, Any]) -> Result:
+    """Check ``out``, print the run's header, train under a rich progress bar; ``state`` tracks it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    try:
+        check_writable(out)
+    except OSError as e:
+        raise TrainError(OUT_NOT_WRITABLE.format(path=out, why=e.strerror or type(e).__name__)) from None
+
+    epochs = config.epochs
+    console.print(f"ember train: {config.model} on digits, backend {config.backend}, {epochs} epochs, "
+                  f"{config.optimizer} lr {config.lr} (x{config.lr_decay} per epoch)"
+                  + (f", resuming from {resume}" if resume is not None else ""))
+    if config.quick:
+        console.print("note: " + QUICK_NOTE.format(n_train=QUICK_TRAIN))
+    progress = Progress(
+        TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+    def on_batch(done: int, total: int, loss: float) -> None:
+        if state["task"] is None:
+            state["task"] = progress.add_task("train", total=total, epoch=state["epoch"] + 1,
+                                              epochs=epochs, loss=loss)
+        progress.update(state["task"], completed=done, loss=loss)
+
+    def on_epoch(epoch: int, m: dict[str, float]) -> None:
+        if state["task"] is not None:
+            progress.remove_task(state["task"])
+        state["task"], state["epoch"] = None, epoch
+        console.print(f"epoch {epoch:3d}/{epochs}  loss {m['loss']:.4f}  train acc {m['train_acc']:.4f}  "
+                      f"test acc {m['test_acc']:.4f}  ({m['seconds']:.1f}s)")
+
+    with progress:
+        return train(config, out, resume=resume, on_epoch=on_epoch, on_batch=on_batch,
+                     on_checkpoint=lambda epoch, where: state.update(saved=(epoch, where)))
+
+
 def run_train(
     *,
     backend: str = "numpy",
@@ -390,8 +434,6 @@ def run_train(
     since either would change the data of a run half done. Ctrl-C raises
     :class:`TrainInterrupted` naming the ``--resume`` command.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ._console import make_console
 
     console = make_console()
@@ -423,46 +465,11 @@ def run_train(
         out = resume if resume is not None else Path("ember-runs") / f"{model}-{backend}"
     if out.exists() and not out.is_dir():
         raise TrainError(f"--out {out}: exists and is not a directory; pass a directory path")
-    try:
-        check_writable(out)
-    except OSError as e:
-        raise TrainError(OUT_NOT_WRITABLE.format(path=out, why=e.strerror or type(e).__name__)) from None
-
-    console.print(f"ember train: {model} on digits, backend {backend}, {epochs} epochs, "
-                  f"{config.optimizer} lr {config.lr} (x{config.lr_decay} per epoch)"
-                  + (f", resuming from {resume}" if resume is not None else ""))
-    if quick:
-        console.print("note: " + QUICK_NOTE.format(n_train=QUICK_TRAIN))
-    progress = Progress(
-        TextColumn("epoch {task.fields[epoch]}/{task.fields[epochs]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4f}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
     # "saved": (epoch, directory) of the newest checkpoint, for the Ctrl-C hint
     state: dict[str, Any] = {"task": None, "epoch": start_epoch,
                              "saved": (start_epoch, resume) if resume is not None else None}
-
-    def on_batch(done: int, total: int, loss: float) -> None:
-        if state["task"] is None:
-            state["task"] = progress.add_task("train", total=total, epoch=state["epoch"] + 1,
-                                              epochs=epochs, loss=loss)
-        progress.update(state["task"], completed=done, loss=loss)
-
-    def on_epoch(epoch: int, m: dict[str, float]) -> None:
-        if state["task"] is not None:
-            progress.remove_task(state["task"])
-        state["task"], state["epoch"] = None, epoch
-        console.print(f"epoch {epoch:3d}/{epochs}  loss {m['loss']:.4f}  train acc {m['train_acc']:.4f}  "
-                      f"test acc {m['test_acc']:.4f}  ({m['seconds']:.1f}s)")
-
-    try:
-        with progress:
-            res = train(config, out, resume=resume, on_epoch=on_epoch, on_batch=on_batch,
-                        on_checkpoint=lambda epoch, where: state.update(saved=(epoch, where)))
+    try:  # from the moment --out may be made, Ctrl-C says what is saved
+        res = _train_with_progress(console, config, out, resume, state)
     except KeyboardInterrupt:
         if state["saved"] is None:
             raise TrainInterrupted(INTERRUPTED_EARLY) from None
