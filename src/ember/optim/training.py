@@ -20,6 +20,7 @@ from ..autodiff import Tensor
 from ..autodiff._ownership import _backend_writes, _borrowed, reuse_reason, writer
 from ..func._transforms import _check_options, _gradients, forward_backward, leaf_gradient
 from ._base import Optimizer, PathOptimizer, State
+from .lazy import bound
 
 __all__ = ["train_step"]
 
@@ -116,7 +117,12 @@ def train_step(
             else:  # a Tensor (outer traces), None (unused), or one to fit: value_and_grad's form
                 grad_list.append(leaf_gradient(t, g, "zeros"))
                 into.append(None)
-        params, state = optimizer._update_leaves(update_op, leaves, treedef, plan, grad_list, into, state)
+        params, state = optimizer._update_leaves(update_op, leaves, treedef, plan, grad_list, into, state,
+                                                 plan.lazy is None)
+        if plan.lazy is not None:  # lazy backend: the loss persisted with the step (one graph run)
+            i, pth = plan.lazy
+            value, aux, params, state = bound(optimizer, op, _tree.flatten(params)[0][i], pth,
+                                              state["step"], (value, aux, params, state))
         return ((value, aux) if has_aux else value), params, state
 
     return step
