@@ -322,6 +322,8 @@ def fixes(xp, earlier: dict) -> dict:
             x1 = xp.take(x1, sorter, axis=0)
         if not isinstance(x2, da.Array):  # a Python scalar (2025.12)
             x2 = xp.asarray(x2, dtype=x1.dtype)
+        if x2.ndim == 0:  # Dask's block kernel writes into its result: a 0-d one has no items
+            return da.searchsorted(x1, xp.reshape(x2, (1,)), side=side)[0]
         return da.searchsorted(x1, x2, side=side)
 
     def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
