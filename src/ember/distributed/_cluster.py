@@ -44,7 +44,8 @@ def client(
     Why: the same training code runs on a laptop and on a cluster; only this
     call changes. Without ``address`` a ``LocalCluster`` of ``n_workers``
     processes (default: one per core) with ``threads_per_worker`` threads and
-    ``memory_limit`` per worker (bytes or "2GB") starts, its dashboard on a free port;
+    ``memory_limit`` per worker (bytes or "2GB") starts, bound to 127.0.0.1 (scheduler,
+    workers and dashboard, on free ports; pass ``host=`` to listen elsewhere);
     closing the client (``with ember.distributed.client() as c:``) stops it.
     The client becomes Dask's default, so ``ember.compute`` uses it.
     Other ``kwargs`` go to ``distributed.Client``.
@@ -52,7 +53,8 @@ def client(
     distributed = _distributed("client")
     if address is not None:
         return distributed.Client(address, **kwargs)
-    kwargs.setdefault("dashboard_address", ":0")  # no fixed port to collide on
+    kwargs.setdefault("dashboard_address", "127.0.0.1:0")  # no fixed port to collide on
+    kwargs.setdefault("host", "127.0.0.1")  # a local cluster listens on loopback only
     return distributed.Client(
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,
