@@ -19,7 +19,7 @@ Lazy graphs of whole computations are made by the wrapper namespace
 
 from .._compute import compute, persist
 from ._chunked import chunked_grad, chunked_value_and_grad
-from ._cluster import MemoryMonitor, client
+from ._cluster import MemoryMonitor, chunk_bytes, client
 from ._data import Dataset
 from ._sharding import resolve_sizes, sharding, with_sharding
 from ._train import FitResult, fit
@@ -27,6 +27,7 @@ from ._train import FitResult, fit
 __all__ = [
     "client",
     "MemoryMonitor",
+    "chunk_bytes",
     "with_sharding",
     "sharding",
     "resolve_sizes",
