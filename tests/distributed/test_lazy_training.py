@@ -178,6 +178,13 @@ def test_stacked_solve_and_matrix_power_gradient():
     np.testing.assert_allclose(np.asarray(ember.compute(g).raw), gn.raw, rtol=1e-8)
 
 
+@pytest.mark.parametrize("ord", [2, -2, "nuc"])
+def test_stacked_svd_norms(ord):
+    a = RNG.standard_normal((2, 3, 4, 3))
+    got = ember.compute(xd.linalg.matrix_norm(xd.asarray(a), ord=ord, keepdims=True)).raw
+    np.testing.assert_allclose(got, np.linalg.norm(a, ord=ord, axis=(-2, -1), keepdims=True), rtol=1e-10)
+
+
 def test_wrapper_gaps():
     assert float(ember.compute(xd.linspace(0.1, 0.7, 7)[-1]).raw) == 0.7
     x = xd.asarray(np.arange(24).reshape(2, 3, 4))

@@ -239,9 +239,18 @@ def linalg_fixes(xp) -> dict:
     def tensordot(x1, x2, /, *, axes=2):
         return _keep_dtype(xp, la.tensordot(x1, x2, axes=axes), x1, x2)
 
+    raw_matrix_norm = la.matrix_norm
+
+    def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+        if ord not in (2, -2, "nuc") or x.ndim <= 2:
+            return raw_matrix_norm(x, keepdims=keepdims, ord=ord)
+        s = svdvals(x)  # Dask's SVD-based norms are 2-D only: from the stacked singular values
+        r = xp.max(s, axis=-1) if ord == 2 else xp.min(s, axis=-1) if ord == -2 else xp.sum(s, axis=-1)
+        return r[..., None, None] if keepdims else r
+
     return {f"linalg.{f.__name__}": f for f in (
         det, slogdet, eigh, eigvalsh, eig, eigvals, pinv, cholesky, inv, solve, qr, svd,
-        svdvals, matrix_rank, tensordot)}
+        svdvals, matrix_rank, tensordot, matrix_norm)}
 
 
 def _keep_dtype(xp, r, x1, x2):
