@@ -169,6 +169,9 @@ def main(argv=None) -> int:
             stack.callback(shutil.rmtree, tmp, ignore_errors=True)
         mon = None
         if args.scheduler == "cluster":
+            # Dask pauses a worker at 80% of its limit; a worker's own code takes ~110 MiB, so
+            # small workers (150 MiB) would sit paused forever: pause at 92% (restart: 95%)
+            stack.enter_context(dask.config.set({"distributed.worker.memory.pause": 0.92}))
             client = stack.enter_context(
                 ed.client(n_workers=args.workers, threads_per_worker=1, memory_limit=per_worker)
             )
