@@ -311,6 +311,15 @@ def fixes(xp, earlier: dict) -> dict:
         idx = np.repeat(np.arange(n), np.broadcast_to(counts, (n,)) if counts.ndim == 0 else counts)
         return x[(slice(None),) * (axis % x.ndim) + (idx,)]
 
+    raw_roll = xp.roll
+
+    def roll(x, /, shift, *, axis=None):
+        if 0 in x.shape:  # nothing to move (Dask's flattening reshape fails on empty arrays)
+            return x
+        if axis is None and x.ndim > 1:  # Dask flattens by reshape, which needs even chunks
+            x = x.rechunk(-1)
+        return raw_roll(x, shift, axis=axis)
+
     def creation(raw):  # Dask's automatic chunking divides by zero for an empty shape
         def f(shape, *args, **kwargs):
             dims = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -345,7 +354,7 @@ def fixes(xp, earlier: dict) -> dict:
         return xp.astype(cols - rows == k, dtype)
 
     out.update(expand_dims=expand_dims, linspace=linspace, tensordot=tensordot, repeat=repeat,
-               searchsorted=searchsorted, eye=eye, _getitem=getitem)
+               searchsorted=searchsorted, eye=eye, roll=roll, _getitem=getitem)
     return out
 
 
