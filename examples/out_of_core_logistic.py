@@ -16,6 +16,8 @@ per-worker limit.
 
     python examples/out_of_core_logistic.py --quick          # CI: ~20 MB, a few seconds
     python examples/out_of_core_logistic.py                  # 8 GB on disk, workers 2 x 1 GB
+    python examples/out_of_core_logistic.py --size-gb 3.2 --memory-limit 300MiB --epochs 2
+                                             # 10x the memory of 2 workers of 150 MiB
     python examples/out_of_core_logistic.py --size-gb 4 --memory-limit 1GB --workers 2
     python examples/out_of_core_logistic.py --scheduler threads --quick  # no cluster
 """
@@ -133,7 +135,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small data (CI smoke run)")
     ap.add_argument("--size-gb", type=float, default=8.0, help="size of X on disk (default 8)")
     ap.add_argument("--features", type=int, default=64)
-    ap.add_argument("--chunk-mb", type=float, default=64.0, help="size of one row chunk of X")
+    ap.add_argument("--chunk-mb", type=float, default=None,
+                    help="size of one row chunk of X (default: from the worker memory limit, "
+                         "ember.distributed.chunk_bytes)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default="2GB", help="memory of ALL workers together")
     ap.add_argument("--epochs", type=int, default=5)
@@ -141,13 +145,12 @@ def main(argv=None) -> int:
     ap.add_argument("--scheduler", choices=["cluster", "threads"], default="cluster")
     args = ap.parse_args(argv)
     if args.quick:
-        args.size_gb, args.features, args.chunk_mb, args.epochs = 0.02, 16, 2.0, 3
+        args.size_gb, args.features, args.epochs = 0.02, 16, 3
         if args.memory_limit == "2GB":
             args.memory_limit = "1GB"
 
     d = args.features
     n = int(args.size_gb * 1e9 / (4 * d))
-    rows = max(1, int(args.chunk_mb * 1e6 / (4 * d)))
     tmp = None
     path = args.path
     if path is None:
@@ -156,15 +159,22 @@ def main(argv=None) -> int:
 
     total_limit = dask.utils.parse_bytes(args.memory_limit)
     per_worker = total_limit // args.workers
+    # one row chunk of X: a small share of what a worker may hold beyond its own code
+    chunk = args.chunk_mb * 1e6 if args.chunk_mb else ed.chunk_bytes(per_worker)
+    rows = max(1, int(chunk / (4 * d)))
     with contextlib.ExitStack() as stack:
         if tmp is not None:
             stack.callback(shutil.rmtree, tmp, ignore_errors=True)
         mon = None
         if args.scheduler == "cluster":
+            # Dask pauses a worker at 80% of its limit; a worker's own code takes ~110 MiB, so
+            # small workers (150 MiB) would sit paused forever: pause at 92% (restart: 95%)
+            stack.enter_context(dask.config.set({"distributed.worker.memory.pause": 0.92}))
             client = stack.enter_context(
                 ed.client(n_workers=args.workers, threads_per_worker=1, memory_limit=per_worker)
             )
             mon = stack.enter_context(ed.MemoryMonitor(client, interval=0.25))
+            pids = set(client.run(os.getpid).values())  # a restarted worker gets a new pid
             print(f"cluster: {args.workers} worker processes x {per_worker / 2**20:.0f} MiB "
                   f"(total {total_limit / 2**30:.2f} GiB)")
         else:
@@ -205,7 +215,9 @@ def main(argv=None) -> int:
         if mon is not None:
             mon.sample()
             limit = mon.limit
-            ok = limit is None or mon.peak < limit
+            restarts = len(set(client.run(os.getpid).values()) - pids)
+            ok = (limit is None or mon.peak < limit) and restarts == 0
+            print(f"worker restarts: {restarts}")
             print(f"peak worker memory: {mon.peak / 2**20:.0f} MiB (limit per worker "
                   f"{(limit or 0) / 2**20:.0f} MiB; {mon.samples} samples) -> "
                   f"{'under the limit' if ok else 'OVER THE LIMIT'}; data / total worker memory = "

@@ -201,7 +201,7 @@ def test_from_pytorch_doctest_holds():
 def test_dask_training_loop_with_persist_runs(tmp_path):
     pytest.importorskip("dask.array", reason='the Dask page\'s loop needs Dask: pip install -e ".[dask]"')
     text = (ROOT / "docs" / "layers" / "distributed.md").read_text()
-    section = text.split("## Training loops", 1)[1]
+    section = text.split("## Persisting by hand", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     assert "ember.persist(" in code
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(

@@ -710,8 +710,8 @@ class _Dispatcher:
             sub = types.ModuleType(f"{mod.__name__}.{ext}")
             sub.__doc__ = f"The array API {ext!r} extension, differentiable."
             for name in names:
-                raw = getattr(bext, name, None)
                 qual = f"{ext}.{name}"
+                raw = fixes.get(qual) or getattr(bext, name, None)
                 if raw is None:
                     if qual in missing:
                         setattr(sub, name, self._finish(missing[qual], name, missing[qual], qual))
@@ -854,14 +854,15 @@ class _Dispatcher:
                 setattr(T, f"__{opname}__", (lambda f: lambda self: f(self))(f))
         T.__hash__ = None
 
-        getitem_impl = _getitem_raw
+        raw_get = self.fixes.get("_getitem")  # a backend's indexing gaps filled (dask)
+        getitem_impl = raw_get or _getitem_raw
         strip = self.strip
 
         def __getitem__(self, key, /):
             if self._node is None:
                 k = strip(key) if _has_tensor(key) else key
                 try:
-                    v = self._value[k]
+                    v = self._value[k] if raw_get is None else raw_get(self._value, k)
                 except Exception as e:
                     raise op_error("__getitem__", e, (self,)) from e
                 return make(v if v.__class__ is A else coerce(v), None)
@@ -907,6 +908,13 @@ def _raw_namespace(bxp, fixes, modname) -> types.ModuleType:
     raw.__dict__.update({k: v for k, v in vars(bxp).items() if not k.startswith("__")})
     raw.__dict__.update(fixes)
     raw.__getattr__ = lambda name: getattr(bxp, name)  # names the backend makes lazily
+    for ext in ("linalg", "fft"):  # extension fixes ("linalg.inv") go into the extension
+        ext_fixes = {k.split(".", 1)[1]: v for k, v in fixes.items() if k.startswith(ext + ".")}
+        if ext_fixes:
+            sub = types.ModuleType(f"{modname}._raw.{ext}")
+            sub.__dict__.update({k: v for k, v in vars(getattr(bxp, ext)).items() if not k.startswith("__")})
+            sub.__dict__.update(ext_fixes)
+            setattr(raw, ext, sub)
     return raw
 
 

@@ -85,7 +85,7 @@ def build(d) -> dict:
     for ext, names in (("linalg", api.LINALG), ("fft", api.FFT)):
         bext = getattr(xp, ext, None)
         for name in names:
-            raw = getattr(bext, name, None) if bext is not None else None
+            raw = d.fixes.get(f"{ext}.{name}") or (getattr(bext, name, None) if bext is not None else None)
             if raw is not None:
                 out[f"{ext}.{name}"] = fast_generic(f"{ext}.{name}", raw, checked=True)
 
@@ -678,6 +678,9 @@ def backend_fixes(xp) -> dict:
         fixes["cumulative_prod"] = _dask_scan(xp.cumulative_prod, 1)
         fixes["_drop_first"] = _dask_drop_first
         fixes["flip"] = _dask_flip(xp.flip)
+        from . import _dask
+
+        fixes.update(_dask.fixes(xp, fixes))  # linalg over stacks and the other Dask gaps
     return fixes
 
 

@@ -9,6 +9,9 @@
   documented order, and full-batch gradients summed over chunks.
 - :func:`chunked_value_and_grad`: data-parallel gradient accumulation, with
   parameters as NumPy and data as Dask.
+- :func:`fit`: data-parallel training steps on any scheduler (local cluster
+  of processes, an existing scheduler, threads), surviving worker loss, with
+  checkpoints to resume from.
 
 Lazy graphs of whole computations are made by the wrapper namespace
 ``ember.autodiff.dask``; ``ember.compute`` evaluates them in one pass.
@@ -16,19 +19,23 @@ Lazy graphs of whole computations are made by the wrapper namespace
 
 from .. import compute, persist
 from ._chunked import chunked_grad, chunked_value_and_grad
-from ._cluster import MemoryMonitor, client
+from ._cluster import MemoryMonitor, chunk_bytes, client
 from ._data import Dataset
 from ._sharding import resolve_sizes, sharding, with_sharding
+from ._train import FitResult, fit
 
 __all__ = [
     "client",
     "MemoryMonitor",
+    "chunk_bytes",
     "with_sharding",
     "sharding",
     "resolve_sizes",
     "Dataset",
     "chunked_value_and_grad",
     "chunked_grad",
+    "fit",
+    "FitResult",
     "compute",
     "persist",
 ]

@@ -14,7 +14,12 @@ from typing import Any
 
 from .._errors import BackendNotInstalledError
 
-__all__ = ["client", "MemoryMonitor", "NO_DISTRIBUTED"]
+__all__ = ["client", "MemoryMonitor", "NO_DISTRIBUTED", "chunk_bytes"]
+
+#: what a worker process holds before any data (Python, NumPy, Dask, distributed, ember)
+WORKER_BASELINE = 110 * 2**20
+BAD_LIMIT = ("chunk_bytes: the worker memory limit {limit} bytes leaves nothing for data above "
+             "a worker's own ~{base} MiB. Fix: give workers more memory (memory_limit=...)")
 
 NO_DISTRIBUTED = (
     "ember.distributed.{op}: dask.distributed is not installed. Fix: "
@@ -60,7 +65,8 @@ def client(
     Why: the same training code runs on a laptop and on a cluster; only this
     call changes. Without ``address`` a ``LocalCluster`` of ``n_workers``
     processes (default: one per core) with ``threads_per_worker`` threads and
-    ``memory_limit`` per worker (bytes or "2GB") starts, its dashboard on a free port;
+    ``memory_limit`` per worker (bytes or "2GB") starts, bound to 127.0.0.1 (scheduler,
+    workers and dashboard, on free ports; pass ``host=`` to listen elsewhere);
     closing the client (``with ember.distributed.client() as c:``) stops it.
     The client becomes Dask's default, so ``ember.compute`` uses it.
     Other ``kwargs`` go to ``distributed.Client``.
@@ -91,6 +97,31 @@ def client(
         processes=processes,
         **kwargs,
     )
+
+
+def chunk_bytes(memory_limit: int | str | None = None, *, client: Any = None, tasks: int = 8) -> int:
+    """Bytes for one data chunk on workers of ``memory_limit`` (or the smallest of ``client``'s).
+
+    Why: a worker holds a few chunks at once (the one it reads, the one it
+    computes on and its temporaries, one prefetched), and Dask restarts a
+    worker at 95% of its limit. So a chunk gets
+    ``(0.9 * limit - baseline) / tasks`` bytes, where the baseline is the
+    worker's own code (about 110 MiB), capped at 64 MiB (larger chunks only
+    cost memory) and at least 64 KiB.
+    """
+    if memory_limit is None and client is not None:
+        limits = [w.get("memory_limit") for w in client.scheduler_info().get("workers", {}).values()]
+        memory_limit = min((m for m in limits if m), default=None)
+    if memory_limit is None:
+        return 64 * 2**20
+    if isinstance(memory_limit, str):
+        import dask.utils
+
+        memory_limit = dask.utils.parse_bytes(memory_limit)
+    free = 0.9 * memory_limit - WORKER_BASELINE
+    if free <= 0:
+        raise ValueError(BAD_LIMIT.format(limit=memory_limit, base=WORKER_BASELINE // 2**20))
+    return int(min(64 * 2**20, max(64 * 2**10, free / tasks)))
 
 
 def _rss() -> int:

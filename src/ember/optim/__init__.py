@@ -15,6 +15,8 @@ rates may be schedules (:mod:`ember.optim.schedules`). :class:`Stateful`
 wraps an optimizer for loops that just step. :func:`ember.training.train_step` fuses the
 gradient and the update into one call (``loss, params, state = step(params,
 state, *batch)``), writing the new parameters into the gradients' buffers.
+On a lazy backend (Dask) both persist the new parameters and state at step
+boundaries, so graphs stay bounded (``persist=`` policy, :mod:`ember.optim.lazy`).
 
 >>> import numpy as np, ember.optim as optim
 >>> opt = optim.Stateful(optim.Adam(0.1), {"w": np.ones(2)})
@@ -28,6 +30,7 @@ from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .clip import clip_by_global_norm, global_norm
 from .groups import Group, assign_groups
+from .lazy import GraphGrowthWarning
 from .lion import Lion
 from .policies import ON_MISSING, ON_NEW, StateReport, load_state
 from .rmsprop import RMSprop
@@ -60,4 +63,5 @@ __all__ = [
     "drop",
     "rename",
     "Stateful",
+    "GraphGrowthWarning",
 ]

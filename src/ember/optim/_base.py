@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, TypedDict, runtim
 from .. import tree as _tree
 from ..autodiff.ownership import Owned, as_operand, take_buffer
 from .._errors import DTypeError, ShapeError, StructureError
+from . import lazy as _lazy
 from . import policies as _policies
 from ._patterns import Pattern, kind, matcher, namespace
 from .clip import clip_by_global_norm
@@ -99,17 +100,21 @@ class Options(TypedDict, total=False):
     on_new: str
     on_missing: str
     clip_norm: float | None
+    persist: str | int
+    graph_warn: int | None
 
 
 class _Plan:
     """What one structure (treedef + which leaves are parameters) means for an optimizer."""
 
-    __slots__ = ("paths", "trainable", "frozen")
+    __slots__ = ("paths", "trainable", "frozen", "lazy")
 
-    def __init__(self, paths: list[str], trainable: list[tuple[int, str, int]], frozen: list[str]):
+    def __init__(self, paths: list[str], trainable: list[tuple[int, str, int]], frozen: list[str],
+                 lazy: tuple[int, str] | None = None):
         self.paths = paths
         self.trainable = trainable  # (leaf index, path text, group index)
         self.frozen = frozen
+        self.lazy = lazy  # (leaf index, path) of the first lazy trainable parameter, or None
 
 
 class PathOptimizer:
@@ -134,6 +139,12 @@ class PathOptimizer:
       (removed, renamed or frozen): ``"keep"``, ``"drop"`` or ``"error"``.
     - ``clip_norm``: if set, gradients of the trainable parameters are scaled
       by :func:`ember.optim.clip_by_global_norm` before the update.
+    - ``persist``: for parameters on a lazy backend (Dask), when the new
+      parameters and state are persisted so graphs stay bounded: ``"step"``
+      (every update, the default), an int N (every N updates) or ``"never"``.
+    - ``graph_warn``: warn (:class:`ember.optim.GraphGrowthWarning`) once when a
+      lazy parameter's graph exceeds this many layers (None: never). See
+      :mod:`ember.optim.lazy`.
     """
 
     HPARAMS: Mapping[str, Any] = {"lr": 1e-3}
@@ -147,9 +158,13 @@ class PathOptimizer:
         on_new: str = "init",
         on_missing: str = "keep",
         clip_norm: float | None = None,
+        persist: str | int = "step",
+        graph_warn: int | None = _lazy.GRAPH_WARN_LAYERS,
     ) -> None:
         op = type(self).__name__
         _policies.check_policies(op, on_new, on_missing)
+        _lazy.check_persist(op, persist, graph_warn)
+        self.persist, self.graph_warn, self._warned_growth = persist, graph_warn, False
         self.hparams = dict(hparams)
         self.hparams["lr"] = as_schedule(self.hparams["lr"])
         self._check_hparams(self.hparams, "default")
@@ -282,7 +297,8 @@ class PathOptimizer:
                 trainable_idx.append(i)
         tpaths = [paths[i] for i in trainable_idx]
         gidx = assign(self.groups, tpaths, op) if self.groups else [0] * len(tpaths)
-        return _Plan(paths, [(i, pth, gi) for i, pth, gi in zip(trainable_idx, tpaths, gidx)], frozen)
+        lazy = next(((i, paths[i]) for i in trainable_idx if _lazy.is_lazy_leaf(leaves[i])), None)
+        return _Plan(paths, [(i, pth, gi) for i, pth, gi in zip(trainable_idx, tpaths, gidx)], frozen, lazy)
 
     def trainable_paths(self, params: Any) -> list[str]:
         """Paths (text) of the parameters this optimizer updates: real floating, not frozen."""
@@ -344,11 +360,13 @@ class PathOptimizer:
         return self._update_leaves(op, leaves, td, plan, grad_list, into, state)
 
     def _update_leaves(self, op: str, leaves: list[Any], td: Any, plan: _Plan, grad_list: list[Any],
-                       into: list[Any], state: State) -> tuple[Any, State]:
+                       into: list[Any], state: State, bound: bool = True) -> tuple[Any, State]:
         """``update`` on flat lists: ``grad_list[j]`` is the gradient of ``plan.trainable[j]``
         (a Tensor), ``into[j]`` a ``(Writer, buffer)`` pair where the result may be written
         into that gradient's buffer (then ``grad_list[j]`` may be None: the buffer holds the
-        gradient; never with ``clip_norm``, which reads them all first), else None."""
+        gradient; never with ``clip_norm``, which reads them all first), else None.
+        ``bound``: apply the lazy-backend persist policy here (``train_step`` applies it
+        itself, with the loss in the same persist)."""
         step = _policies.check_state(op, state)
         hps, slots, kernels = self._hparams_at(step)
         old = state["params"]
@@ -412,6 +430,10 @@ class PathOptimizer:
             new_slots["step"] = t
             new_states[pth] = new_slots
         # (the function, not the method: one frame fewer a step)
+        if plan.lazy is not None and bound:  # lazy backend: keep the graphs bounded
+            i, pth = plan.lazy
+            return _lazy.bound(self, op, new_leaves[i], pth, step + 1,
+                               (_tree.unflatten(td, new_leaves), {"step": step + 1, "params": new_states}))
         return _tree.unflatten(td, new_leaves), {"step": step + 1, "params": new_states}
 
     def _grads(self, op: str, grads: Any, td: Any, plan: _Plan) -> list[Any]:

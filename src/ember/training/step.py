@@ -23,6 +23,7 @@ from ..func.tape import check_options as _check_options
 from ..func.tape import forward_backward, leaf_gradient
 from ..func.tape import gradients as _gradients
 from ..optim import Optimizer, PathOptimizer, State
+from ..optim.lazy import bound
 
 __all__ = ["train_step"]
 
@@ -119,7 +120,12 @@ def train_step(
             else:  # a Tensor (outer traces), None (unused), or one to fit: value_and_grad's form
                 grad_list.append(leaf_gradient(t, g, "zeros"))
                 into.append(None)
-        params, state = optimizer._update_leaves(update_op, leaves, treedef, plan, grad_list, into, state)
+        params, state = optimizer._update_leaves(update_op, leaves, treedef, plan, grad_list, into, state,
+                                                 plan.lazy is None)
+        if plan.lazy is not None:  # lazy backend: the loss persisted with the step (one graph run)
+            i, pth = plan.lazy
+            value, aux, params, state = bound(optimizer, op, _tree.flatten(params)[0][i], pth,
+                                              state["step"], (value, aux, params, state))
         return ((value, aux) if has_aux else value), params, state
 
     return step
