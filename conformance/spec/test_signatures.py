@@ -248,10 +248,6 @@ def _params(qual):
 #: (backend, function) -> why the backend itself fails a sample call; the test
 #: checks the backend function fails the same calls and then xfails with this reason.
 BACKEND_DEVIATIONS = {
-    ("dask", "linalg.matrix_rank"): "array_api_compat.dask's matrix_rank passes compute_uv to dask's svd",
-    ("dask", "linalg.svd"): "dask's svd has no full_matrices=True (the spec's default)",
-    ("dask", "linalg.svdvals"): "array_api_compat.dask's svdvals asks dask's svd for full_matrices=True",
-    ("dask", "repeat"): "dask's repeat needs an integer axis (the spec allows axis=None: flatten)",
     ("dask", "take"): "dask's take needs an integer axis (the spec allows axis=None for 1-D input)",
 }
 
