@@ -20,6 +20,17 @@ def is_complex(ns, x) -> bool:
     return x.dtype in ns._complex
 
 
+def abs_slope(ns, x):
+    """d|x|/dx in the PyTorch convention: ``sign(x)`` for real ``x``, ``x / |x|`` for complex
+    (0 at 0), written with differentiable ops so that second derivatives see how the
+    direction of a complex value changes (``sign`` has no rule: a constant to any trace)."""
+    if not is_complex(ns, x):
+        return ns.sign(x)
+    a = ns.abs(x)
+    zero = a == 0
+    return ns.where(zero, ns.zeros_like(x), x / ns.where(zero, ns.ones_like(a), a))
+
+
 def cj(ns, d):
     """``conj(d)`` if ``d`` is complex, else ``d`` itself (no array op for real dtypes)."""
     c = d.__class__

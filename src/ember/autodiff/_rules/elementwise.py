@@ -12,7 +12,7 @@ extra array op. A complex cotangent reaching a real input keeps its real part.
 Subgradients at non-differentiable points, chosen to match PyTorch and JAX:
 
 ============  =============================================================
-abs(x)        sign(x): 0 at x == 0 (both +0.0 and -0.0)
+abs(x)        sign(x): 0 at x == 0 (both +0.0 and -0.0); complex: x / |x| as differentiable ops
 maximum/min   ties split the gradient equally between both inputs
 pow(x, y)     d/dx is 0 where y == 0; d/dy is 0 where x == 0
 hypot         0 where both inputs are 0
@@ -37,7 +37,7 @@ import cmath
 import math
 
 from ._base import defvjp
-from ._util import cj, count, expand_reduced, fit, products_exact, select
+from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, select
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -98,7 +98,7 @@ for _name, (_deriv, _real) in _UNARY.items():
     else:
         defvjp(_name, _holo(_name, _deriv, _real, False), keep_ans=False)
 
-defvjp("abs", lambda ns, g, ans, x: g * ns.sign(x), keep_ans=False)  # complex: g * z / |z|
+defvjp("abs", lambda ns, g, ans, x: g * abs_slope(ns, x), keep_ans=False)  # complex: g * z / |z|
 defvjp("negative", lambda ns, g, ans, x: -g, saves=("none",), keep_ans=False)
 defvjp("positive", lambda ns, g, ans, x: g, saves=("none",), keep_ans=False)
 defvjp("conj", lambda ns, g, ans, x: ns.conj(g), saves=("none",), keep_ans=False)
@@ -136,7 +136,11 @@ def _pow_dx(ns, g, ans, x, y):
             return ns.zeros_like(x)
         d = y * ns.pow(x, y - 1)
     else:
-        d = ns.where(y == 0, 0 * ans, y * ns.pow(x, y - 1))
+        # 0 where y == 0, as y * x^(y-1) with x^(y-1) kept finite (x set to 1 where it is 0,
+        # inf or NaN) rather than a constant 0: its derivative in y, x^(y-1), is what a second
+        # derivative needs
+        odd = (y == 0) & ((x == 0) | ns.logical_not(ns.isfinite(x)))
+        d = y * ns.pow(ns.where(odd, ns.ones_like(x), x), y - 1)
     return fit(ns, g * cj(ns, d), x)
 
 

@@ -49,7 +49,7 @@ import math
 
 from ..._errors import NotDifferentiableError
 from ._base import COMPUTE, defvjp, defvjp_all
-from ._util import expand_reduced, fit, norm_axes
+from ._util import abs_slope, expand_reduced, fit, norm_axes
 
 #: Convention for complex cotangents: "pytorch" (conjugate Wirtinger,
 #: ``dL/da + i dL/db``). Rules here and in :mod:`.fft` are written in it.
@@ -295,7 +295,7 @@ def _eigvalsh(ns, g, ans, x, **params):
 # --------------------------------------------------------------------------- norms
 def _sign(ns, x):
     """d|x|/dx in the PyTorch convention: sign(x) (x/|x| for complex, 0 at 0)."""
-    return ns.sign(x)
+    return abs_slope(ns, x)
 
 
 def _split_ties(ns, vals, target, axis):
