@@ -29,7 +29,7 @@ from .adam import Adam, AdamW
 from .clip import clip_by_global_norm, global_norm
 from .groups import Group, assign_groups
 from .lion import Lion
-from .policies import ON_MISSING, ON_NEW, StateReport, load_state
+from .policies import ON_MISSING, ON_NEW, StateMismatchWarning, StateReport, load_state
 from .rmsprop import RMSprop
 from .sgd import SGD
 from .stateful import Stateful
@@ -55,6 +55,7 @@ __all__ = [
     "ON_NEW",
     "ON_MISSING",
     "StateReport",
+    "StateMismatchWarning",
     "load_state",
     "reset",
     "select",
