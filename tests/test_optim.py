@@ -392,7 +392,7 @@ def test_state_keys_are_paths_and_dataclasses_work():
 
 
 def test_growing_model_continues_under_on_new_init():
-    opt = optim.Adam(0.1)
+    opt = optim.Adam(0.1, on_new="init")
     params = mlp(1)
     state = opt.init(params)
     for _ in range(3):
@@ -432,7 +432,7 @@ def test_on_missing_policies():
 
 
 def test_kept_state_applies_when_path_comes_back():
-    opt = optim.SGD(0.1, momentum=0.9)
+    opt = optim.SGD(0.1, momentum=0.9, on_missing="keep")
     params = mlp(2)
     state = opt.init(params)
     params, state = opt.update(params, ones_like_tree(params), state)
@@ -455,7 +455,7 @@ def test_all_policy_errors_reported_together():
 
 
 def test_shape_change_reinitialises_under_init():
-    opt = optim.Adam(0.1)
+    opt = optim.Adam(0.1, on_new="init")
     state = opt.init({"a": np.zeros(2, np.float32)})
     params = {"a": np.zeros(3, np.float32)}
     _, state = opt.update(params, ones_like_tree(params), state)
@@ -804,7 +804,7 @@ def test_a_state_entry_without_step_is_reinitialised(fused):
     update and in train_step, rather than failing on the missing key."""
     import ember.autodiff.numpy as xp
 
-    opt = optim.SGD(0.5)
+    opt = optim.SGD(0.5, on_new="init")
     params = {"w": xp.asarray([1.0, -2.0])}
     state = {"step": 3, "params": {"w": {"foo": 1}}}
     loss = lambda p: xp.sum(p["w"] ** 2)  # noqa: E731

@@ -6,6 +6,7 @@
 """
 
 from ._errors import (
+    AxisError,
     BackendError,
     BackendNotInstalledError,
     ConsumedError,
@@ -13,6 +14,7 @@ from ._errors import (
     EmberError,
     FileFormatError,
     NotDifferentiableError,
+    OutOfRangeError,
     ReuseError,
     ShapeError,
     StructureError,
@@ -80,6 +82,8 @@ __all__ = [
     "data",
     "EmberError",
     "ShapeError",
+    "AxisError",
+    "OutOfRangeError",
     "DTypeError",
     "BackendError",
     "BackendNotInstalledError",

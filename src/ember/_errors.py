@@ -10,6 +10,8 @@ from __future__ import annotations
 __all__ = [
     "EmberError",
     "ShapeError",
+    "AxisError",
+    "OutOfRangeError",
     "DTypeError",
     "BackendError",
     "BackendNotInstalledError",
@@ -27,6 +29,15 @@ class EmberError(Exception):
 
 class ShapeError(EmberError, ValueError):
     """Shapes that do not fit an operation (broadcasting, matmul, reshape...)."""
+
+
+class AxisError(ShapeError, IndexError):
+    """An axis out of range for an array's dimensions: a ``ValueError`` and an ``IndexError``,
+    as NumPy's ``AxisError`` is, so code written against either keeps working."""
+
+
+class OutOfRangeError(EmberError, OverflowError):
+    """A Python scalar that does not fit the dtype of the array it meets (``int64 + 2**70``)."""
 
 
 class DTypeError(EmberError, TypeError):

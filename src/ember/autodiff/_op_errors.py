@@ -19,9 +19,13 @@ GENERAL = object()
 def op_error(op: str, exc: Exception, args) -> Exception:
     """Turn a backend exception into one that names the op, shapes and dtypes."""
     from .._errors import EmberError
+    from ._error_causes import known_cause
 
     if isinstance(exc, EmberError):
         return exc
+    cause = known_cause(op, exc, args)  # (a negative size, an empty reduction, an axis, an int)
+    if cause is not None:
+        return cause
     arrays = [a for a in args if hasattr(a, "shape") and hasattr(a, "dtype")]
     shapes = ", ".join(str(tuple(a.shape)) for a in arrays) or "scalars only"
     devices = _devices_of(arrays)

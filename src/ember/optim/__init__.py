@@ -32,7 +32,7 @@ from .clip import clip_by_global_norm, global_norm
 from .groups import Group, assign_groups
 from .lazy import GraphGrowthWarning
 from .lion import Lion
-from .policies import ON_MISSING, ON_NEW, StateReport, load_state
+from .policies import ON_MISSING, ON_NEW, StateMismatchWarning, StateReport, load_state
 from .rmsprop import RMSprop
 from .sgd import SGD
 from .stateful import Stateful
@@ -57,6 +57,7 @@ __all__ = [
     "ON_NEW",
     "ON_MISSING",
     "StateReport",
+    "StateMismatchWarning",
     "load_state",
     "reset",
     "select",

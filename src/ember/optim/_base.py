@@ -97,8 +97,8 @@ class Options(TypedDict, total=False):
 
     groups: Sequence[Group] | None
     freeze: Pattern | None
-    on_new: str
-    on_missing: str
+    on_new: str | None
+    on_missing: str | None
     clip_norm: float | None
     persist: str | int
     graph_warn: int | None
@@ -137,6 +137,9 @@ class PathOptimizer:
       one) or ``"error"``.
     - ``on_missing``: what happens to state entries whose parameter is gone
       (removed, renamed or frozen): ``"keep"``, ``"drop"`` or ``"error"``.
+      Not given, they are ``"init"`` and ``"keep"`` and ``update`` warns
+      (:class:`ember.optim.StateMismatchWarning`) naming the paths they
+      acted on; given explicitly, they act quietly.
     - ``clip_norm``: if set, gradients of the trainable parameters are scaled
       by :func:`ember.optim.clip_by_global_norm` before the update.
     - ``persist``: for parameters on a lazy backend (Dask), when the new
@@ -155,13 +158,17 @@ class PathOptimizer:
         *,
         groups: Sequence[Group] | None = None,
         freeze: Pattern | None = None,
-        on_new: str = "init",
-        on_missing: str = "keep",
+        on_new: str | None = None,
+        on_missing: str | None = None,
         clip_norm: float | None = None,
         persist: str | int = "step",
         graph_warn: int | None = _lazy.GRAPH_WARN_LAYERS,
     ) -> None:
         op = type(self).__name__
+        # policies left at their defaults act as "init" / "keep" but warn (policies.warn_defaults)
+        self._default_new, self._default_missing, self._told = on_new is None, on_missing is None, set()
+        on_new = "init" if on_new is None else on_new
+        on_missing = "keep" if on_missing is None else on_missing
         _policies.check_policies(op, on_new, on_missing)
         _lazy.check_persist(op, persist, graph_warn)
         self.persist, self.graph_warn, self._warned_growth = persist, graph_warn, False
@@ -385,9 +392,11 @@ class PathOptimizer:
         if fits:
             pstates = old
         else:
-            pstates, _ = _policies.reconcile(
+            pstates, report = _policies.reconcile(
                 op, old, self._specs(plan, leaves, hps), self.on_new, self.on_missing
             )
+            if not report.clean and (self._default_new or self._default_missing):
+                _policies.warn_defaults(op, report, self._default_new, self._default_missing, self._told)
 
         if self.clip_norm is not None:
             grad_list, _ = clip_by_global_norm(grad_list, self.clip_norm)

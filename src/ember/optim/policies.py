@@ -12,6 +12,14 @@ Three kinds of difference, each named by path, never resolved silently:
   ``on_new="init"`` unless ``on_missing="error"``, and an error otherwise.
 
 An error lists every path concerned, for every kind at once.
+
+Left at their defaults (``on_new=None``, ``on_missing=None``: ``"init"`` and
+``"keep"``), the policies still act but ``update`` says so once with a
+:class:`StateMismatchWarning` naming the paths: a renamed parameter shows up
+as a new path initialised plus a stale one kept, a reshaped one as an entry
+re-initialised, and either usually means momentum lost by mistake. Passing
+``on_new`` / ``on_missing`` explicitly (even ``"init"`` / ``"keep"``) says the
+difference is expected and silences the warning for that policy.
 :func:`load_state` applies the same rules to a state read from a file and
 returns a :class:`StateReport` saying what it did.
 """
@@ -19,6 +27,7 @@ returns a :class:`StateReport` saying what it did.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping  # not typing's: isinstance through it is ~5 us
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -30,7 +39,7 @@ from .._errors import BackendError, StructureError
 if TYPE_CHECKING:  # pragma: no cover
     from ._base import PathOptimizer
 
-__all__ = ["ON_NEW", "ON_MISSING", "StateReport", "load_state"]
+__all__ = ["ON_NEW", "ON_MISSING", "StateReport", "StateMismatchWarning", "load_state"]
 
 ON_NEW = ("init", "error")
 ON_MISSING = ("keep", "drop", "error")
@@ -52,6 +61,16 @@ CHANGED_PATHS = (
     "with ember.optim.drop(state, pattern)"
 )
 POLICY_ERRORS = "{op}: the optimizer state and the parameters differ:\n{reasons}"
+STATE_MISMATCH = (
+    "{op}: the optimizer state and the parameters differ, handled by the default policies:\n"
+    "{details}\nA renamed parameter loses its state this way: move it with "
+    "ember.optim.rename(state, old, new) first. If the difference is expected, pass the "
+    "policies explicitly to the optimizer (on_new='init' or 'error', on_missing='keep', "
+    "'drop' or 'error') to silence this"
+)
+ADDED_PART = "  new paths, started from a fresh state (on_new='init'): {paths}"
+CHANGED_PART = "  entries that no longer fit their parameter, re-initialised (on_new='init'): {details}"
+REMOVED_PART = "  stale entries whose parameter is gone, kept (on_missing='keep'): {paths}"
 BAD_STATE = (
     "{op}: {what}. An optimizer state is {{'step': int, 'params': {{path: {{'step': int, "
     "slot: array, ...}}}}}}, as made by opt.init(params)"
@@ -60,6 +79,35 @@ MOVE_FAILED = (
     "{op}: could not move the state of {path} (slot {slot!r}) to the backend of its parameter "
     "({target}): {exc}. Load the file with ember.io.load(path, like=...) onto the right backend"
 )
+
+
+class StateMismatchWarning(UserWarning):
+    """``update`` applied a default policy (``on_new`` / ``on_missing`` not given) to a
+    state whose paths or shapes differ from the parameters; the message names the paths."""
+
+
+def warn_defaults(op: str, report: StateReport, new_default: bool, missing_default: bool,
+                  told: set) -> None:
+    """Warn about what the *default* policies did in ``report`` (internal).
+
+    ``told``: stale paths already reported by this optimizer; a kept entry
+    stays stale at every later step, and is named once.
+    """
+    parts = []
+    if new_default:
+        if report.added:
+            parts.append(ADDED_PART.format(paths=", ".join(report.added)))
+        if report.changed:
+            parts.append(CHANGED_PART.format(details="; ".join(f"{k} ({v})" for k, v in report.changed.items())))
+    if missing_default:
+        fresh = [p for p in report.removed if p not in told]
+        if fresh:
+            parts.append(REMOVED_PART.format(paths=", ".join(fresh)))
+            told.update(fresh)
+    if parts:
+        # (stacklevel: warn_defaults, _update_leaves, update, the caller)
+        warnings.warn(STATE_MISMATCH.format(op=op, details="\n".join(parts)), StateMismatchWarning,
+                      stacklevel=4)
 
 
 def check_policies(op: str, on_new: str, on_missing: str) -> None:

@@ -137,7 +137,11 @@ def _pow_dx(ns, g, ans, x, y):
             return ns.zeros_like(x)
         d = y * ns.pow(x, y - 1)
     else:
-        d = ns.where(y == 0, 0 * ans, y * ns.pow(x, y - 1))
+        # 0 where y == 0, as y * x^(y-1) with x^(y-1) kept finite (x set to 1 where it is 0,
+        # inf or NaN) rather than a constant 0: its derivative in y, x^(y-1), is what a second
+        # derivative needs
+        odd = (y == 0) & ((x == 0) | ns.logical_not(ns.isfinite(x)))
+        d = y * ns.pow(ns.where(odd, ns.ones_like(x), x), y - 1)
     return fit(ns, g * cj(ns, d), x)
 
 

@@ -5,8 +5,12 @@ split equally among them (as JAX and PyTorch's ``amax`` do).
 ``prod``: exact at zeros (products of the *other* elements, from exclusive
 scans), not ``ans / x`` (along a size Dask computes later, the exclusive scan
 divides each element out of an inclusive one: still exact at zeros).
-``cumulative_prod``: exact at zeros too: ``ans / x`` before the first zero
-of each slice, the product of the others at the first zero, 0 after it.
+``cumulative_prod``: exact at zeros too: ``ans / x`` at nonzero elements, the
+product of the others at the first zero of each slice, 0 at later zeros (and,
+for second derivatives, the second zero's product of the others, which is 0
+but moves with the first zero). Its second derivative at a nonzero ``x``
+differentiates ``ans / x``: exact in theory, with a rounding error of about
+``eps / |x|`` for tiny ``|x|``.
 ``std`` at zero spread and ``var``/``std`` with ``correction`` equal to the
 count give inf/nan gradients, as their values do. Complex inputs follow the
 convention of :mod:`.elementwise` (``g * conj(d ans / d x)``).
@@ -143,16 +147,20 @@ def _cumprod(ns, g, ans, x, *, axis=None, dtype=None, include_initial=False):
         g, ans = drop_first(ns, g, ax), drop_first(ns, ans, ax)
     is_zero = x == 0
     zeros_so_far = ns.cumulative_sum(ns.astype(is_zero, ns.int32), axis=ax)
-    before = zeros_so_far == 0  # strictly before the slice's first zero
     first = is_zero & (zeros_so_far == 1)
     safe_x = ns.where(is_zero, ns.ones_like(x), x)
-    # before the first zero: sum_{j>=i} g_j ans_j / x_i
+    # at each nonzero x_i: sum_{j>=i} g_j ans_j / x_i. After a zero it is 0, and its derivative
+    # in that zero is still the product of the others, as a second derivative needs
     res = _rev_cumsum(ns, g * cj(ns, ans), ax) / cj(ns, safe_x)
-    # at the first zero z: sum_{j>=z} g_j prod_{m<=j, m!=z} x_m (x_z replaced by 1)
-    ans_z = ns.cumulative_prod(ns.where(first, ns.ones_like(x), x), axis=ax)
-    at_zero = _rev_cumsum(ns, g * cj(ns, ans_z), ax)
-    res = ns.where(before, res, ns.where(first, at_zero, 0 * res))
-    return ns.astype(res, x.dtype) if res.dtype != x.dtype else res
+    # at the k-th zero z: sum_{j>=z} g_j prod_{m<=j, m!=z} x_m (x_z replaced by 1), 0 in value
+    # for k > 1 but with a derivative in the first zero for k == 2: recorded only where an
+    # outer trace may differentiate it (Tensors), exact to second order
+    kth = [first, is_zero & (zeros_so_far == 2)] if isinstance(x, Tensor) else [first]
+    out = ns.where(is_zero, 0 * res, res)
+    for zero_k in reversed(kth):
+        ans_k = ns.cumulative_prod(ns.where(zero_k, ns.ones_like(x), x), axis=ax)
+        out = ns.where(zero_k, _rev_cumsum(ns, g * cj(ns, ans_k), ax), out)
+    return ns.astype(out, x.dtype) if out.dtype != x.dtype else out
 
 
 defvjp("sum", _sum)
