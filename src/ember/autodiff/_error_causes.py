@@ -45,7 +45,7 @@ EMPTY_NORMALIZATION = (
     "or skip the call for empty inputs"
 )
 AXIS_OUT_OF_RANGE = (
-    "{op}: axis {axis} is out of range for an input of shape {shape} ({ndim} dimensions). "
+    "{op}: axis {axis} is out of bounds for an input of shape {shape} ({ndim} dimensions). "
     "Fix: pass an axis in [{lo}, {hi}] (negative axes count from the end)"
 )
 INT_OUT_OF_RANGE = (
