@@ -25,3 +25,13 @@ def as_numpy(t):
     if isinstance(t, ember.Tensor):
         t = ember.compute(t).raw
     return np.asarray(t)
+
+
+def central_differences(fun, x, eps: float = 1e-6):
+    """The gradient of scalar ``fun(numpy array)`` at ``x`` by central differences."""
+    g = np.zeros_like(x)
+    for j in range(x.size):
+        e = np.zeros_like(x)
+        e.reshape(-1)[j] = eps
+        g.reshape(-1)[j] = (fun(x + e) - fun(x - e)) / (2 * eps)
+    return g

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import ember
-from _arrays import as_numpy, ns, to
+from _arrays import as_numpy, central_differences, ns, to
 from ember.autodiff import unbroadcast
 
 BACKENDS = ("numpy", "array_api_strict", "dask")
@@ -39,19 +39,6 @@ smooth_mul.defvjp(
 )
 
 
-
-
-
-def _fd_grad(fun, x):
-    """Central differences of scalar ``fun(numpy array)``."""
-    g = np.zeros_like(x)
-    for j in range(x.size):
-        e = np.zeros_like(x)
-        e.reshape(-1)[j] = EPS
-        g.reshape(-1)[j] = (fun(x + e) - fun(x - e)) / (2 * EPS)
-    return g
-
-
 _shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3)
 _vals = st.floats(-3.0, 3.0, allow_nan=False, width=64)
 
@@ -75,7 +62,7 @@ def test_softplus_grad_jvp_hessian_match_finite_differences(backend, x, data):
 
     f = _loss(xp, to(xp, w))
     g = as_numpy(ember.grad(f)(to(xp, x)))
-    np.testing.assert_allclose(g, _fd_grad(ref, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g, central_differences(ref, x), rtol=1e-5, atol=1e-6)
     # forward mode: the tangent of f along v is <grad f, v>
     _, t = ember.jvp(f, (to(xp, x),), (to(xp, v),))
     np.testing.assert_allclose(as_numpy(t), np.sum(g * v), rtol=1e-5, atol=1e-6)
@@ -102,9 +89,9 @@ def test_binary_primitive_broadcasts_and_matches_finite_differences(backend, sha
         return xp.sum(smooth_mul(a, b, scale=1.5) * tw)
 
     gx, gy = (as_numpy(g) for g in ember.grad(f, argnums=(0, 1))(to(xp, x), to(xp, y)))
-    np.testing.assert_allclose(gx, _fd_grad(lambda a: float(np.sum(1.5 * a * np.tanh(y) * w)), x),
+    np.testing.assert_allclose(gx, central_differences(lambda a: float(np.sum(1.5 * a * np.tanh(y) * w)), x),
                                rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(gy, _fd_grad(lambda b: float(np.sum(1.5 * x * np.tanh(b) * w)), y),
+    np.testing.assert_allclose(gy, central_differences(lambda b: float(np.sum(1.5 * x * np.tanh(b) * w)), y),
                                rtol=1e-5, atol=1e-6)
 
 
