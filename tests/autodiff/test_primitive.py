@@ -163,6 +163,14 @@ def test_primitive_without_vjp_names_itself_and_the_fix():
     with pytest.raises(ember.NotDifferentiableError, match=r"double.*defvjp"):
         ember.grad(lambda t: xp.sum(double(t)))(xp.asarray([1.0, 2.0]))
 
+    @ember.primitive
+    def shift(xp, c, x):
+        return c + x
+
+    # the tracked argument need not come first: the gradient is never cut silently
+    with pytest.raises(ember.NotDifferentiableError, match=r"shift.*defvjp"):
+        ember.grad(lambda t: xp.sum(shift(xp.ones(2), t)))(xp.asarray([1.0, 2.0]))
+
 
 def test_primitive_on_raw_arrays_runs_the_forward_on_their_namespace():
     out = softplus(np.array([0.0, 1.0]))

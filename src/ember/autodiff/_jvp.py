@@ -25,6 +25,7 @@ record them (higher order).
 
 from __future__ import annotations
 
+from ._rules._util import is_complex
 from ._tensor import Tensor
 from ._trace import LeafNode, SelectNode, Trace, backward
 
@@ -46,6 +47,7 @@ BILINEAR = frozenset("matmul tensordot vecdot linalg.matmul linalg.tensordot lin
 #: Elementwise ops whose complex derivative is not a complex number (not holomorphic): the
 #: conjugation trick of the elementwise family does not hold for them on complex inputs.
 NOT_HOLOMORPHIC = frozenset("abs sign angle".split())
+
 
 def tangent_of(node):
     """The tangent held for ``node`` of a forward trace (None: zero)."""
@@ -84,7 +86,8 @@ def leaf(trace: Trace, x: Tensor, tangent) -> Tensor:
     ns = type(x)._ns
     node = LeafNode(trace, ns)
     node.g = tangent
-    return ns._dispatch.make(x, node)
+    make = ns._dispatch.make  # the trace's own handle on x's value, never the caller's (ownership)
+    return make(make(x._value, x._node), node)
 
 
 # ---------------------------------------------------------------------- the tangent of one op
@@ -146,10 +149,6 @@ def _bilinear(node, impl, tangents):
     return out
 
 
-def _is_complex(ns, x) -> bool:
-    return isinstance(x, Tensor) and ns.isdtype(x.dtype, "complex floating") or isinstance(x, complex)
-
-
 def _elementwise_raw(node, fns, tangents):
     """The elementwise form on backend arrays, where nothing records the tangent (untracked
     real inputs and tangents of the output's shape, the common case): the per-argument VJPs
@@ -200,7 +199,7 @@ def _elementwise(node, tangents):
     fns = getattr(node.rule.vjp, "fns", None)
     if fns is None or len(fns) != len(args):
         return None
-    cplx = _is_complex(ns, ans) or any(_is_complex(ns, a) for a in args)
+    cplx = is_complex(ns, ans) or any(a is not None and is_complex(ns, a) for a in args)
     if cplx and node.rule.name in NOT_HOLOMORPHIC:
         return None
     shape = tuple(ans.shape)
@@ -243,7 +242,7 @@ def _transposed(node, tangents):
         for v, t in zip(vjps, tangents):
             if v is None or t is None:
                 continue
-            if _is_complex(ns, v) or _is_complex(ns, t):
+            if is_complex(ns, v) or is_complex(ns, t):
                 term = ns.sum(ns.real(ns.conj(v) * t))
             else:
                 term = ns.sum(v * t)

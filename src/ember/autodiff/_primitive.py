@@ -117,18 +117,15 @@ class Primitive:
         return impl
 
     def __call__(self, *args: Any, **params: Any) -> Any:
-        d = None
-        for a in args:
-            if isinstance(a, Tensor):
-                d = a._ns._dispatch  # (a consume() marker has it per instance)
-                if getattr(a, "_node", None) is not None and not self.has_vjp \
-                        and d.is_differentiable(a):
-                    raise NotDifferentiableError(NO_VJP.format(name=self.name))
-                break
+        d = next((a._ns._dispatch for a in args if isinstance(a, Tensor)), None)  # (a consume()
+        # marker has its namespace per instance)
         if d is None:  # backend arrays only: the forward as it is
             arrays = [a for a in args if hasattr(a, "__array_namespace__")]
             xp = array_api_compat.array_namespace(*arrays) if arrays else None
             return self.fn(xp, *args, **params)
+        if not self.has_vjp and any(isinstance(a, Tensor) and getattr(a, "_node", None) is not None
+                                    and d.is_differentiable(a) for a in args):
+            raise NotDifferentiableError(NO_VJP.format(name=self.name))  # never cut silently
         return d.call(self.key, self._impl(d), args, params)
 
     def __repr__(self) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember._errors import DTypeError
-from ember.backend._registry import _import, _version, name
+from ember.backend._registry import _import, _version, name, raw
 
 __all__ = ["Capabilities", "capabilities", "RandomSource", "random_source"]
 
@@ -154,8 +154,6 @@ def _probe_ufuncs(xp: Any) -> bool:
 
 
 def _raw_library(xp: Any) -> Any:
-    from ember.backend._registry import raw
-
     try:
         return raw(xp)
     except Exception:

@@ -101,7 +101,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
     """Evaluate ``f(*primals)`` and its Jacobian-vector product with ``tangents``.
 
     Returns ``(out, tangent_out)``, both with the structure of ``f``'s output.
-    Computed by transposing reverse mode (see the module docstring), so it
+    One pass of ``f`` whose ops carry tangents (see the module docstring): it
     works for every function that has a VJP rule, and nests.
 
     >>> import ember, ember.autodiff.numpy as xp
