@@ -111,6 +111,8 @@ def test_unknown_option_and_scoping():
 # --- malloc_trim_threshold: glibc keeps freed pages for the next step ----------------------
 
 _GLIBC = ember._heap._glibc_mallopt() is not None
+#: glibc's own malloc settings in the environment, which the probes run without
+_GLIBC_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 
 # Measured in a fresh process: in one that has run other tests, a 1 MiB array may come from a
@@ -171,7 +173,7 @@ print(json.dumps(out))
 def _heap_probe() -> dict:
     """The probe's findings, from a child with the default environment for malloc."""
     env = {k: v for k, v in os.environ.items()
-           if k not in (ember._heap.ENV, *ember._heap._GLIBC_ENV, "GLIBC_TUNABLES")}
+           if k not in (ember._heap.ENV, *_GLIBC_ENV, "GLIBC_TUNABLES")}
     out = subprocess.run([sys.executable, "-c", _HEAP_PROBE], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -208,7 +210,7 @@ def test_malloc_trim_threshold_values(monkeypatch):
     from ember._heap import RECOMMENDED_TRIM_THRESHOLD, ENV, apply_trim_threshold, initial_trim_threshold
 
     before = ember._config.CONFIG["malloc_trim_threshold"]
-    for var in (*ember._heap._GLIBC_ENV, "GLIBC_TUNABLES"):  # this test's own environment
+    for var in (*_GLIBC_ENV, "GLIBC_TUNABLES"):  # this test's own environment
         monkeypatch.delenv(var, raising=False)
     assert apply_trim_threshold(RECOMMENDED_TRIM_THRESHOLD) is _GLIBC  # False: nothing to tune
     for env, want in (("", None), ("none", None), (" None ", None), ("1048576", 1 << 20)):

@@ -67,10 +67,6 @@ def _glibc_mallopt():
     return _mallopt or None
 
 
-#: glibc's own malloc settings from the environment: a user who set one has tuned malloc
-_GLIBC_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
-
-
 def initial_trim_threshold() -> int | None:
     """The value to apply at import: ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes or 'none'); None
     (malloc left as it is, glibc's own ``MALLOC_*_`` settings included) when it is unset."""
