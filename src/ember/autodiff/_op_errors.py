@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import inspect
 
-from .._errors import BackendError, DTypeError, ShapeError
+from .._errors import BackendError, DTypeError, EmberError, ShapeError
+from ._error_causes import known_cause
 
 __all__ = ["op_error", "GENERAL", "reference_signature"]
 
@@ -18,9 +19,6 @@ GENERAL = object()
 
 def op_error(op: str, exc: Exception, args) -> Exception:
     """Turn a backend exception into one that names the op, shapes and dtypes."""
-    from .._errors import EmberError
-    from ._error_causes import known_cause
-
     if isinstance(exc, EmberError):
         return exc
     cause = known_cause(op, exc, args)  # (a negative size, an empty reduction, an axis, an int)
