@@ -966,7 +966,12 @@ class _Dispatcher:
                         value = raw_value(as_operand(value, "__setitem__"))
                     self._value[k] = value
                 except Exception as e:
-                    raise op_error("__setitem__", e, (self,)) from e
+                    from ._rules.indexing import _advanced, scatter_last
+
+                    if not (isinstance(e, IndexError) and _advanced(k)):
+                        raise op_error("__setitem__", e, (self,)) from e
+                    # integer-array keys the backend refuses (array-api-strict): NumPy's result
+                    self._value = scatter_last(xp, self._value, value, k)
                 return
             new = mod._setitem(self, value, key=k)
             _check_inplace("__setitem__", self, new)

@@ -441,7 +441,14 @@ def build(d) -> dict:
     # ----- functional updates (used by __setitem__ and by VJPs) ----------
     def setitem_impl(x, value, key):
         y = xp.asarray(x, copy=True)
-        y[key] = value
+        try:
+            y[key] = value
+        except IndexError:  # integer-array keys the backend refuses (array-api-strict)
+            from ._rules.indexing import _advanced, scatter_last
+
+            if not _advanced(key):
+                raise
+            return scatter_last(xp, x, value, key)
         return y
 
     def _setitem(x, value, *, key):
