@@ -22,6 +22,8 @@ from typing import Any, Callable, Sequence
 from .. import tree as _tree
 from .._errors import NotDifferentiableError
 from ..autodiff import Tensor, namespace
+from ..autodiff._ownership import Owned as _Owned
+from ..autodiff._ownership import as_operand as _as_operand
 from ..autodiff._ownership import share as _share
 from ..autodiff._rules._util import shapes_fit
 from ..autodiff._tensor import raw_value
@@ -96,7 +98,9 @@ def _track(x, trace: Trace) -> _Leaf | None:
     raw_input = not isinstance(x, Tensor)
     if raw_input:
         t = namespace(x).asarray(x)
-    else:  # consume() markers and dead tensors: share() says what is wrong
+    elif x.__class__ is _Owned:  # consume(x): the transform takes x's buffer over
+        t = _as_operand(x, "a transform (grad, vjp, jvp)")
+    else:  # dead tensors: share() says what is wrong
         t = _share(x)
     d = type(t)._ns._dispatch
     if not d.is_differentiable(t):
@@ -138,7 +142,9 @@ def _trace_args(args, argnums, trace):
         for x in leaves:
             c = x.__class__
             ns = getattr(c, "_ns", None)
-            if ns is not None and c is ns._Tensor:  # a live Tensor (the usual case), inline:
+            # a live Tensor (the usual case), inline (a consume() marker's class has _ns as a
+            # property: it takes _track, where the transform takes the marker's buffer over)
+            if ns is not None and c is getattr(ns, "_Tensor", None):
                 ok = ns._dispatch.floating.get(x._value.dtype)
                 if ok is None:
                     ok = ns._dispatch.is_differentiable(x)
