@@ -912,6 +912,9 @@ class _Dispatcher:
                     else:
                         b = other
                     old = self._value
+                    bd = getattr(b, "dtype", None)
+                    if bd is not None and bd != old.dtype:  # as traced: never a silent cast
+                        _check_promotion(f"__i{_OP_OF[fname]}__", xp, old, bd)
                     try:
                         v = iop(old, b)
                     except Exception as e:
@@ -1025,6 +1028,25 @@ class _Info:
 
     def devices(self):
         return list(self._raw.devices())
+
+
+def _check_promotion(op, xp, old, other_dtype):
+    """Raise _check_inplace's DTypeError when ``old <op>= other`` would promote past old's
+    dtype: the standard allows no such in-place op, and a traced one raises it, so an eager
+    one (NumPy would cast back silently) raises it too."""
+    try:
+        dt = xp.result_type(old.dtype, other_dtype)
+    except Exception:  # no promotion between the kinds at all (int and float on strict)
+        dt = other_dtype
+    if dt != old.dtype:
+        _check_inplace(op, old, _Spec(old.shape, dt))
+
+
+class _Spec:
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
 
 
 def _check_inplace(op, old, new):
