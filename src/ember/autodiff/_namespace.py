@@ -28,6 +28,7 @@ from ._rules import RULES, SELECT
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
+from ._views import basic_key, note_view, written
 
 __all__ = ["namespace"]
 
@@ -926,6 +927,7 @@ class _Dispatcher:
                 new = getattr(mod, fname)(self, other)
                 _check_inplace(f"__i{_OP_OF[fname]}__", self, new)
                 self._value, self._node = new._value, new._node
+                written(self)  # views of self, and what self views, see the write (_views)
                 return self
 
             return m
@@ -954,8 +956,15 @@ class _Dispatcher:
                     v = self._value[k]
                 except Exception as e:
                     raise op_error("__getitem__", e, (self,)) from e
-                return make(v if v.__class__ is A else coerce(v), None)
-            return call("getitem", getitem_impl, (self,), {"key": _key_params(key, strip)})
+                r = make(v if v.__class__ is A else coerce(v), None)
+                if active_traces and basic_key(k):  # a view a transform's write must reach
+                    note_view(self, r, k)
+                return r
+            k = _key_params(key, strip)
+            r = call("getitem", getitem_impl, (self,), {"key": k})
+            if basic_key(k):
+                note_view(self, r, k)
+            return r
 
         def __setitem__(self, key, value, /):
             k = _key_params(key, strip)
@@ -979,6 +988,7 @@ class _Dispatcher:
             new = mod._setitem(self, value, key=k)
             _check_inplace("__setitem__", self, new)
             self._value, self._node = new._value, new._node
+            written(self)  # views of self, and what self views, see the write (_views)
 
         T.__getitem__ = __getitem__
         T.__setitem__ = __setitem__
