@@ -33,6 +33,7 @@ from ._rules import RULES, SELECT
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
+from ._views import basic_key, note_view, written
 
 __all__ = ["namespace"]
 
@@ -825,6 +826,9 @@ class _Dispatcher:
                     else:
                         b = other
                     old = self._value
+                    bd = getattr(b, "dtype", None)
+                    if bd is not None and bd != old.dtype:  # as traced: never a silent cast
+                        _check_promotion(f"__i{_OP_OF[fname]}__", xp, old, bd)
                     try:
                         v = iop(old, b)
                     except Exception as e:
@@ -836,6 +840,7 @@ class _Dispatcher:
                 new = getattr(mod, fname)(self, other)
                 _check_inplace(f"__i{_OP_OF[fname]}__", self, new)
                 self._value, self._node = new._value, new._node
+                written(self)  # views of self, and what self views, see the write (_views)
                 return self
 
             return m
@@ -865,8 +870,15 @@ class _Dispatcher:
                     v = self._value[k] if raw_get is None else raw_get(self._value, k)
                 except Exception as e:
                     raise op_error("__getitem__", e, (self,)) from e
-                return make(v if v.__class__ is A else coerce(v), None)
-            return call("getitem", getitem_impl, (self,), {"key": _key_params(key, strip)})
+                r = make(v if v.__class__ is A else coerce(v), None)
+                if active_traces and basic_key(k):  # a view a transform's write must reach
+                    note_view(self, r, k)
+                return r
+            k = _key_params(key, strip)
+            r = call("getitem", getitem_impl, (self,), {"key": k})
+            if basic_key(k):
+                note_view(self, r, k)
+            return r
 
         def __setitem__(self, key, value, /):
             k = _key_params(key, strip)
@@ -880,11 +892,17 @@ class _Dispatcher:
                         value = raw_value(as_operand(value, "__setitem__"))
                     self._value[k] = value
                 except Exception as e:
-                    raise op_error("__setitem__", e, (self,)) from e
+                    from ._rules.indexing import _advanced, scatter_last
+
+                    if not (isinstance(e, IndexError) and _advanced(k)):
+                        raise op_error("__setitem__", e, (self,)) from e
+                    # integer-array keys the backend refuses (array-api-strict): NumPy's result
+                    self._value = scatter_last(xp, self._value, value, k)
                 return
             new = mod._setitem(self, value, key=k)
             _check_inplace("__setitem__", self, new)
             self._value, self._node = new._value, new._node
+            written(self)  # views of self, and what self views, see the write (_views)
 
         T.__getitem__ = __getitem__
         T.__setitem__ = __setitem__
@@ -941,6 +959,25 @@ class _Info:
 
     def devices(self):
         return list(self._raw.devices())
+
+
+def _check_promotion(op, xp, old, other_dtype):
+    """Raise _check_inplace's DTypeError when ``old <op>= other`` would promote past old's
+    dtype: the standard allows no such in-place op, and a traced one raises it, so an eager
+    one (NumPy would cast back silently) raises it too."""
+    try:
+        dt = xp.result_type(old.dtype, other_dtype)
+    except Exception:  # no promotion between the kinds at all (int and float on strict)
+        dt = other_dtype
+    if dt != old.dtype:
+        _check_inplace(op, old, _Spec(old.shape, dt))
+
+
+class _Spec:
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
 
 
 def _check_inplace(op, old, new):

@@ -21,6 +21,14 @@ TRACED_TO_NUMPY = (
     "(xp.sin(x), not numpy.sin(x)), or read the value as a constant with x.raw"
 )
 
+TRACED_TO_SCALAR = (
+    "{kind}() of a {dtype} Tensor of shape {shape} traced by an ember transform (level {level}) "
+    "would cut its gradient: a Python number carries none, so everything computed from it "
+    "would silently get a wrong gradient. Keep it an array (index it, x[0], and compute with "
+    "the namespace's functions), or read it as a constant on purpose with "
+    "{kind}(ember.stop_gradient(x))"
+)
+
 __all__ = ["Tensor", "raw_value"]
 
 
@@ -97,6 +105,12 @@ class Tensor:
 
     # ----- conversion to Python scalars / NumPy ---------------------------
     def _scalar(self, kind):
+        node = self._node
+        if node is not None and node.trace.active and type(self)._ns.isdtype(
+            self.dtype, ("real floating", "complex floating")
+        ):  # (bool, integer: no gradient to cut, so `if xp.any(x > 0)` keeps working)
+            raise NotDifferentiableError(TRACED_TO_SCALAR.format(
+                kind=kind, dtype=self.dtype, shape=tuple(self.shape), level=node.trace.level))
         if self.ndim != 0:
             raise TypeError(
                 f"{kind}() of a Tensor needs a 0-d tensor, got shape {self.shape}; "

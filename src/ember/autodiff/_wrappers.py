@@ -13,7 +13,7 @@ import functools
 import math
 import warnings
 
-from .._errors import ShapeError
+from .._errors import DTypeError, ShapeError
 from ._tensor import Tensor, raw_value
 from ..kernels import relu as relu_value
 
@@ -164,9 +164,13 @@ def build(d) -> dict:
         try:
             res = xp.asarray(obj, **kw)
         except Exception as e:
+            if _object_like(obj):  # (backends that refuse the object dtype: the same message)
+                raise DTypeError(_object_message(obj)) from e
             from ._op_errors import op_error
 
             raise op_error("asarray", e, (obj,)) from e
+        if getattr(res.dtype, "kind", None) == "O":  # no array-API dtype: not an array of numbers
+            raise DTypeError(_object_message(obj))
         if not copy and not from_tensor and hasattr(obj, "shape"):
             from ._ownership import borrow
 
@@ -440,9 +444,9 @@ def build(d) -> dict:
 
     # ----- functional updates (used by __setitem__ and by VJPs) ----------
     def setitem_impl(x, value, key):
-        y = xp.asarray(x, copy=True)
-        y[key] = value
-        return y
+        from ._rules.indexing import written
+
+        return written(xp, x, value, key)
 
     def _setitem(x, value, *, key):
         return call("setitem", setitem_impl, (x, value), {"key": key})
@@ -977,6 +981,32 @@ def _signature_error(qualname, args, kwargs) -> str:
     else:
         what = f"positional-only argument(s) {sorted(posonly & kwargs.keys())} passed by keyword"
     return SIGNATURE_MISMATCH.format(op=qualname, sig=sig, what=what)
+
+
+ASARRAY_SPARSE = (
+    "asarray: got a sparse matrix ({kind}, shape {shape}), which would become a 0-d array of "
+    "dtype object holding it; ember arrays hold numbers. Fix: convert it to a dense array "
+    "first, xp.asarray(m.toarray())"
+)
+ASARRAY_OBJECT = (
+    "asarray: {kind} became an array of dtype object, which no array-API function takes (and "
+    "nothing can be differentiated through). Fix: pass numbers, nested lists of equal lengths, "
+    "or an array of a numeric or bool dtype"
+)
+
+
+def _object_like(obj) -> bool:
+    """Whether ``obj`` is a sparse matrix or an array of dtype object (asarray refuses both)."""
+    return (hasattr(obj, "toarray") and hasattr(obj, "nnz")) or getattr(
+        getattr(obj, "dtype", None), "kind", None) == "O"
+
+
+def _object_message(obj) -> str:
+    """The asarray error for ``obj``, whose conversion gave an object array."""
+    kind = f"{type(obj).__module__.split('.')[0]}.{type(obj).__name__}"
+    if hasattr(obj, "toarray") and hasattr(obj, "nnz"):  # SciPy (or similar) sparse matrix
+        return ASARRAY_SPARSE.format(kind=kind, shape=tuple(obj.shape))
+    return ASARRAY_OBJECT.format(kind=f"a {kind}")
 
 
 def _index_add_raw(d, x, g, key):

@@ -26,7 +26,7 @@ from .. import tree as _tree
 from ..autodiff import Tensor, forward_trace, namespace, tangent_of, track_forward
 from ..kernels import shapes_fit
 from ..autodiff._tensor import raw_value
-from ._transforms import grad, vjp
+from ._transforms import grad, taken_over, vjp
 
 __all__ = ["jvp", "jacfwd", "jacrev", "hessian", "hvp", "linearize_transpose"]
 
@@ -131,6 +131,7 @@ def _forward(f: Callable, primals: tuple, tangents: tuple):
     """``(f(*primals), its tangent)``: one pass of ``f`` on a forward trace."""
     trace = forward_trace()
     p_leaves, p_def = _tree.flatten(primals)
+    p_leaves = [taken_over(p) for p in p_leaves]
     t_leaves = _tree.leaves(tangents)
     with trace:
         tracked = [track_forward(trace, p, t) if _diff(p) else p for p, t in zip(p_leaves, t_leaves)]

@@ -22,6 +22,8 @@ from typing import Any, Callable, Sequence
 from .. import tree as _tree
 from .._errors import NotDifferentiableError
 from ..autodiff import Tensor, namespace
+from ..autodiff._ownership import Owned as _Owned
+from ..autodiff._ownership import as_operand as _as_operand
 from ..autodiff._ownership import share as _share
 from ..kernels import shapes_fit
 from ..autodiff._tensor import raw_value
@@ -48,6 +50,32 @@ NOT_ARRAY = (
     "an array computed from the inputs (e.g. xp.sum(...))"
 )
 
+NOT_REAL_OUTPUT = (
+    "{op}: the function returned a 0-d array of dtype {dtype}; grad needs a real floating-point "
+    "scalar output. {fix}"
+)
+INTEGER_OUTPUT_FIX = (
+    "An integer or bool value has no derivative (its gradient would be zeros): compute the "
+    "value in floating point (e.g. xp.astype(x, xp.float64) before the integer step)"
+)
+COMPLEX_OUTPUT_FIX = (
+    "For a complex value say which real function to differentiate, e.g. xp.real(y) or "
+    "xp.abs(y), or use ember.vjp(f, x) with a complex cotangent"
+)
+NOT_DIFFERENTIABLE_ARG = (
+    "{op}: argument {i} ({what}) has no floating-point array to differentiate; gradients are "
+    "defined for real or complex floating inputs only. Fix: pass floating arrays (e.g. "
+    "xp.astype(x, xp.float64)), or leave this argument out of argnums to keep it a constant"
+)
+BAD_ARGNUMS = (
+    "{op}: argnums must be an int or a sequence of ints (positions of f's positional "
+    "arguments), got {argnums!r}"
+)
+ARGNUM_RANGE = (
+    "{op}: argnums includes {i} but the function was called with {n} positional arguments. "
+    "Fix: pass the argument positionally, or change argnums"
+)
+
 
 class _Leaf:
     """Bookkeeping for one differentiated leaf: its value one level down, its tape node, and
@@ -62,6 +90,14 @@ class _Leaf:
         self.handle = handle
 
 
+def taken_over(x):
+    """``x``, or for a ``consume(x)`` marker the Tensor a transform gets when it takes the
+    buffer over (x is dead afterwards, as after any op that consumes it)."""
+    if x.__class__ is _Owned:
+        return _as_operand(x, "a transform (grad, vjp, jvp)")
+    return x
+
+
 def _track(x, trace: Trace) -> _Leaf | None:
     """Tracked version of array leaf ``x`` at ``trace``, or None if it is not floating.
 
@@ -70,7 +106,9 @@ def _track(x, trace: Trace) -> _Leaf | None:
     raw_input = not isinstance(x, Tensor)
     if raw_input:
         t = namespace(x).asarray(x)
-    else:  # consume() markers and dead tensors: share() says what is wrong
+    elif x.__class__ is _Owned:  # consume(x): the transform takes x's buffer over
+        t = taken_over(x)
+    else:  # dead tensors: share() says what is wrong
         t = _share(x)
     d = type(t)._ns._dispatch
     if not d.is_differentiable(t):
@@ -99,11 +137,10 @@ def _trace_args(args, argnums, trace):
     new = object.__new__
     for i in argnums:
         if i >= len(args) or i < -len(args):
-            raise TypeError(
-                f"argnums includes {i} but the function was called with {len(args)} positional "
-                "arguments"
-            )
+            raise NotDifferentiableError(ARGNUM_RANGE.format(op="grad", i=i, n=len(args)))
         a = args[i]
+        if a.__class__ is float or a.__class__ is complex:  # differentiated, as a 0-d array
+            args[i] = a = _scalar_array(a, args)
         if isinstance(a, Tensor):  # one tensor: no structure to walk
             leaves, treedef = [a], None
         else:
@@ -113,7 +150,9 @@ def _trace_args(args, argnums, trace):
         for x in leaves:
             c = x.__class__
             ns = getattr(c, "_ns", None)
-            if ns is not None and c is ns._Tensor:  # a live Tensor (the usual case), inline:
+            # a live Tensor (the usual case), inline (a consume() marker's class has _ns as a
+            # property: it takes _track, where the transform takes the marker's buffer over)
+            if ns is not None and c is getattr(ns, "_Tensor", None):
                 ok = ns._dispatch.floating.get(x._value.dtype)
                 if ok is None:
                     ok = ns._dispatch.is_differentiable(x)
@@ -148,6 +187,35 @@ def _trace_args(args, argnums, trace):
         args[i] = handles[0] if treedef is None else _tree.unflatten(treedef, handles)
         per_arg.append((treedef, leaves, tracked))
     return args, per_arg, bool(raw_only)
+
+
+def _scalar_array(a, args):
+    """Python float or complex ``a`` as a 0-d array of the namespace of the other arguments'
+    arrays (NumPy's if there are none), so it is differentiated as JAX does, not kept as a
+    constant; its gradient comes back as a 0-d Tensor."""
+    for x in _tree.leaves(args):
+        if isinstance(x, Tensor):
+            return type(x)._ns.asarray(a)
+        if hasattr(x, "__array_namespace__") and hasattr(x, "dtype"):
+            return namespace(x).asarray(a)
+    return namespace("numpy").asarray(a)
+
+
+def _check_differentiable(op, nums, args, per_arg):
+    """Raise where an argument in argnums is an int, a bool or a structure whose arrays are
+    all integer or bool: its "gradient" would be the input itself, as if it were constant.
+
+    A structure with floating leaves keeps its other leaves as constants, and one without
+    array leaves at all (None, an empty list, static fields only) is kept as it is.
+    """
+    for i, (treedef, leaves, tracked) in zip(nums, per_arg):
+        a = args[i]
+        if (leaves or a.__class__ in (int, bool)) and all(t is None for t in tracked):
+            what = (f"an array of dtype {a.dtype}" if hasattr(a, "dtype")
+                    else f"the Python {type(a).__name__} {a!r}" if a.__class__ in (int, bool)
+                    else f"a {type(a).__name__}" if not hasattr(a, "__len__")
+                    else f"a {type(a).__name__} of {len(leaves)} leaves, none floating")
+            raise NotDifferentiableError(NOT_DIFFERENTIABLE_ARG.format(op=op, i=i, what=what))
 
 
 def _gradients(per_arg, unused):
@@ -210,10 +278,39 @@ def _check_options(op, checkpointing, unused):
         raise ValueError(f"{op}: unused must be 'zeros' or 'none', not {unused!r}")
 
 
-def _normalize_argnums(argnums):
-    if isinstance(argnums, int):
+def _normalize_argnums(argnums, op="grad"):
+    if isinstance(argnums, int) and not isinstance(argnums, bool):
         return (argnums,), True
-    return tuple(argnums), False
+    try:
+        nums = tuple(argnums)
+    except TypeError:
+        nums = None
+    if not nums or not all(isinstance(n, int) and not isinstance(n, bool) for n in nums):
+        raise NotDifferentiableError(BAD_ARGNUMS.format(op=op, argnums=argnums))
+    return nums, False
+
+
+def _distinct(nums, n):
+    """``nums`` with negative positions made non-negative (for ``n`` arguments) and repeats
+    dropped, in order; out-of-range positions are kept for _trace_args to report."""
+    out = []
+    for i in nums:
+        j = i + n if -n <= i < 0 else i
+        if j not in out:
+            out.append(j)
+    return tuple(out)
+
+
+def _repeat(grads, distinct, nums, n):
+    """One gradient per entry of ``nums`` (a repeated position gets the full gradient again,
+    as a second handle so consuming one never kills the other)."""
+    out, seen = [], set()
+    for i in nums:
+        j = distinct.index(i + n if -n <= i < 0 else i)
+        g = grads[j]
+        out.append(_tree.map(lambda a: _share(a) if isinstance(a, Tensor) else a, g) if j in seen else g)
+        seen.add(j)
+    return out
 
 
 def value_and_grad(
@@ -236,14 +333,18 @@ def value_and_grad(
     >>> float(v), g.raw.tolist()
     (5.0, [2.0, 4.0])
     """
-    nums, single = _normalize_argnums(argnums)
+    nums, single = _normalize_argnums(argnums, "value_and_grad")
     _check_options("value_and_grad", checkpointing, unused)
     op = f"value_and_grad({getattr(f, '__name__', 'f')}, has_aux=True)"
 
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
-        value, aux, per_arg, raw_only = forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs)
+        n = len(args)
+        distinct = nums if single else _distinct(nums, n)
+        value, aux, per_arg, raw_only = forward_backward(op, f, distinct, has_aux, checkpointing, args, kwargs)
         grads = _gradients(per_arg, unused)
+        if len(distinct) != len(nums):  # argnums repeats a position: each entry gets its gradient
+            grads = _repeat(grads, distinct, nums, n)
         g = grads[0] if single else tuple(grads)
         return ((value, aux), g) if has_aux else (value, g)
 
@@ -266,6 +367,7 @@ def forward_backward(op, f, nums, has_aux, checkpointing, args, kwargs):
         try:
             try:
                 targs, per_arg, raw_only = _trace_args(args, nums, trace)
+                _check_differentiable("grad", nums, args, per_arg)
                 res = f(*targs, **kwargs)
             finally:
                 active_traces.remove(trace)
@@ -303,6 +405,7 @@ def _scalar_output(op, res, trace):
     if isinstance(res, Tensor):
         if res.ndim != 0:
             raise NotDifferentiableError(NON_SCALAR.format(op=op, shape=res.shape))
+        _real_floating_output(op, res.dtype, type(res)._ns)
         return res
     if isinstance(res, (int, float)) and not isinstance(res, bool):
         return res
@@ -310,8 +413,19 @@ def _scalar_output(op, res, trace):
     if hasattr(res, "shape"):
         if len(res.shape) != 0:
             raise NotDifferentiableError(NON_SCALAR.format(op=op, shape=tuple(res.shape)))
+        if hasattr(res, "__array_namespace__"):
+            _real_floating_output(op, res.dtype, res.__array_namespace__())
         return res
     raise NotDifferentiableError(NOT_ARRAY.format(op=op, what=what))
+
+
+def _real_floating_output(op, dtype, ns):
+    """Raise unless ``dtype`` is real floating: an integer output's gradient would be zeros and
+    a complex one's would silently be its real part's."""
+    if ns.isdtype(dtype, "real floating"):
+        return
+    fix = COMPLEX_OUTPUT_FIX if ns.isdtype(dtype, "complex floating") else INTEGER_OUTPUT_FIX
+    raise NotDifferentiableError(NOT_REAL_OUTPUT.format(op=op, dtype=dtype, fix=fix))
 
 
 def grad(
@@ -330,6 +444,7 @@ def grad(
     >>> float(ember.grad(ember.grad(lambda x: x ** 3))(xp.asarray(2.0)))
     12.0
     """
+    _normalize_argnums(argnums, "grad")  # (named as grad in the error)
     vg = value_and_grad(f, argnums, has_aux, unused=unused, checkpointing=checkpointing)
 
     @functools.wraps(f)

@@ -5,10 +5,15 @@ element at most once, so the cotangent is written into zeros. Integer-array
 indices may select an element several times; their cotangents are added
 (scatter-add), so ``x[[0, 0]]`` gives element 0 twice the gradient.
 For ``x[key] = v`` with repeated integer indices the last write wins in the
-forward pass; every repeated position of ``v`` receives the cotangent.
+forward pass (NumPy's order: the last position of the broadcast index in C
+order), so only that position of ``v`` receives the cotangent; the others
+were overwritten and get zero. ``x[key] += v`` is ``x[key] = x[key] + v``
+(not ``add.at``) and follows the same rule.
 """
 
 from __future__ import annotations
+
+import math
 
 from ..._errors import ShapeError
 from .._trace import active_traces
@@ -81,13 +86,80 @@ def _setitem_x(ns, g, ans, x, value, *, key):
 def _setitem_zeros(ns, g, zmask, args, params):
     """``x[key] = v``: x's cotangent is zero at the elements the write replaced (and wherever
     the result's own is known zero), so what x held there, a NaN included, stays out."""
-    m = ns.zeros(tuple(g.shape), dtype=ns.bool) if zmask is None else ns.asarray(zmask, copy=True)
-    m[params["key"]] = True
-    return [m, None]
+    m = ns.zeros(tuple(g.shape), dtype=ns.bool) if zmask is None else zmask
+    return [written(ns, m, True, params["key"]), None]
+
+
+def _last_writes(b, shape, key, dev):
+    """A boolean backend array of the shape of ``x[key]``: True at the positions whose write
+    survives ``x[key] = v`` (the last write to each element, in C order of the index); None
+    when the key writes at most one element.
+
+    Array-API ops only (a stable argsort, take, comparisons), so every backend gets the same
+    mask: the linear position of every written element, sorted stably, is the last of its run
+    of equal positions exactly when it is the last write; the inverse permutation brings that
+    back to the index's order.
+    """
+    sizes = [len(k) if isinstance(k, list) else math.prod(k.shape)
+             for k in (key if isinstance(key, tuple) else (key,)) if _is_int_array(k)]
+    if max(sizes, default=0) <= 1:  # nothing repeats (and Dask misreports x[i]'s shape then)
+        return None
+    n = math.prod(shape)
+    lin = b.reshape(b.arange(n, device=dev), tuple(shape))[key]
+    rshape = tuple(lin.shape)
+    if math.prod(rshape) <= 1:
+        return None
+    lin = b.reshape(lin, (-1,))
+    order = b.argsort(lin, stable=True)
+    s = b.take(lin, order)
+    last = b.concat([s[:-1] != s[1:], b.ones((1,), dtype=b.bool, device=dev)])
+    return b.reshape(b.take(last, b.argsort(order)), rshape)
+
+
+def written(b, x, value, key):
+    """A copy of backend array ``x`` with ``x[key] = value`` (the last write to an element
+    wins), also for integer-array keys on backends whose arrays refuse them."""
+    y = b.asarray(x, copy=True)
+    try:
+        y[key] = value
+    except IndexError:  # integer-array keys the backend refuses (array-api-strict)
+        if not _advanced(key):
+            raise
+        return scatter_last(b, x, value, key)
+    return y
+
+
+def scatter_last(b, x, value, key):
+    """``x`` with ``x[key] = value`` written as NumPy does (the last write to an element wins),
+    for integer-array keys on backends whose arrays refuse them (array-api-strict).
+
+    Array-API ops only: each element of x finds the last write to it by a binary search
+    (``searchsorted``) among the stably sorted linear positions of the writes.
+    """
+    dev = _device(x)
+    shape = tuple(x.shape)
+    n = math.prod(shape)
+    lin = b.reshape(b.arange(n, device=dev), shape)[key]
+    vals = b.reshape(b.broadcast_to(b.astype(b.asarray(value, device=dev), x.dtype), tuple(lin.shape)), (-1,))
+    lin = b.reshape(lin, (-1,))
+    flat = b.reshape(x, (-1,))
+    if lin.shape[0] == 0:
+        return b.reshape(b.asarray(flat, copy=True), shape)
+    order = b.argsort(lin, stable=True)
+    s = b.take(lin, order)
+    pos = b.searchsorted(s, b.arange(n, dtype=s.dtype, device=dev), side="right") - 1
+    pos = b.clip(pos, 0, None) if hasattr(b, "clip") else b.where(pos < 0, 0, pos)
+    hit = b.take(s, pos) == b.arange(n, dtype=s.dtype, device=dev)
+    return b.reshape(b.where(hit, b.take(b.take(vals, order), pos), flat), shape)
 
 
 def _setitem_v(ns, g, ans, x, value, *, key):
-    return fit(ns, g[key], value)
+    gv = g[key]
+    if _advanced(key):  # repeated indices: only the surviving write gets the cotangent
+        wins = _last_writes(ns._backend, tuple(x.shape), key, _device(g.raw))
+        if wins is not None:
+            gv = ns.where(ns.asarray(wins), gv, ns.zeros_like(gv))
+    return fit(ns, gv, value)
 
 
 def _take(ns, g, ans, x, indices, *, axis=None):
