@@ -61,7 +61,7 @@ TOO_MANY_TYPES = "the structure names more than {limit} distinct types"
 #: real models are far smaller (about 150 bytes per tensor).
 MAX_HEADER_BYTES = 16 * 2**20
 #: Decode budget for the ember JSON: this many bytes, or the file size if larger.
-MAX_DECODE_BYTES = 32 * 2**20
+MAX_DECODE_BYTES = 64 * 2**20
 #: Nesting limit of a stored structure (nodes and tagged constants).
 MAX_DEPTH = 200
 #: Node limit of a stored structure.
