@@ -88,7 +88,14 @@ def write_file(path: str, tree_json, arrays=None) -> int:
 
     text = tree_json if isinstance(tree_json, str) else json.dumps(tree_json, separators=(",", ":"))
     ember = '{"format":"ember.io","version":1,"tree":' + text + "}"
-    sn.save_file(arrays or {}, path, metadata={"ember": ember})
+    try:
+        sn.save_file(arrays or {}, path, metadata={"ember": ember})
+    except Exception:  # past the library's 100 MB header limit (a hostile file): write the bytes here
+        assert not arrays
+        header = json.dumps({"__metadata__": {"ember": ember}}).encode()
+        header += b" " * (-len(header) % 8)
+        with open(path, "wb") as f:
+            f.write(len(header).to_bytes(8, "little") + header)
     return os.path.getsize(path)
 
 
@@ -162,8 +169,8 @@ def test_amplification_headers_are_bounded(tmp_path_factory, kind, n):
 
 
 @pytest.mark.slow
-@settings(max_examples=30, **_SETTINGS)
-@given(kind=st.sampled_from(sorted(KINDS)), n=st.integers(100_000, 2_000_000), data_mb=st.sampled_from([0, 0, 40]))
+@settings(max_examples=12, **_SETTINGS)
+@given(kind=st.sampled_from(sorted(KINDS)), n=st.integers(60_000, 1_000_000), data_mb=st.sampled_from([0, 0, 60]))
 def test_amplification_headers_are_bounded_big(tmp_path_factory, kind, n, data_mb):
     _check(tmp_path_factory.mktemp("ampbig"), kind, n, data_mb)
 
