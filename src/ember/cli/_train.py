@@ -157,13 +157,13 @@ def _to_backend(x: Any, xp: Any) -> Any:
     return tree.map(lambda a: xp.asarray(a) if hasattr(a, "shape") else a, x)
 
 
-def _model_arrays(model: Any) -> dict[str, Any]:
-    """``{path: array}`` of a model: what the checkpoint stores (functions in it are code)."""
-    return {str(p): a for p, a in tree.flatten_with_path(model)[0]}
+def _restore_model(saved: Any, like: Any, xp: Any) -> Any:
+    """``like`` with its arrays replaced by the saved model's (paths and shapes checked).
 
-
-def _restore_model(saved: dict[str, Any], like: Any, xp: Any) -> Any:
-    """``like`` with its arrays replaced by the saved ones (paths and shapes checked)."""
+    ``saved`` is the model ember.io.load gave back (older checkpoints: a ``{path: array}`` dict).
+    """
+    if not (isinstance(saved, dict) and all(isinstance(k, str) and hasattr(v, "shape") for k, v in saved.items())):
+        saved = {str(p): a for p, a in tree.flatten_with_path(saved)[0]}
     pairs, td = tree.flatten_with_path(like)
     want = {str(p): a for p, a in pairs}
     missing = sorted(set(want) - set(saved))
@@ -292,7 +292,7 @@ def train(
         history["seconds"].append(base_seconds + time.perf_counter() - t0)
         ckpt_path = out / CHECKPOINT
         io.save(ckpt_path, {
-            "model": _model_arrays(model),
+            "model": model,
             "opt_state": state,
             "epoch": epoch + 1,
             "history": history,

@@ -1,8 +1,10 @@
 """ember.io: save and load any structure as one safetensors file (never pickle).
 
-Arrays are stored under their ember path (``encoder.layers.0.weight``); the
-structure, constants and static fields go as JSON into the file's metadata,
-so a model, its optimizer state, or both together come back as they were.
+Arrays are stored under their ember path (``encoder.layers.0.weight``) by the
+``safetensors`` library; the structure, constants and static fields go as JSON
+into the file's metadata, so a model, its optimizer state, or both together
+come back as they were. Functions in a model (activations) are stored by a
+registered name (:func:`register_function`), never pickled.
 Writes are atomic; every file read is checked, and a bad file raises
 :class:`FileFormatError`; a file that does not fit ``like`` raises
 :class:`LoadMismatchError` naming every differing path.
@@ -17,8 +19,17 @@ array([1., 1.])
 from __future__ import annotations
 
 from ember._errors import FileFormatError
+from ember.io._functions import register_function
 from ember.io._load import LoadMismatchError, load, read_metadata
 from ember.io._save import save
 from ember.io._torch import load_state_dict
 
-__all__ = ["FileFormatError", "LoadMismatchError", "load", "load_state_dict", "read_metadata", "save"]
+__all__ = [
+    "FileFormatError",
+    "LoadMismatchError",
+    "load",
+    "load_state_dict",
+    "read_metadata",
+    "register_function",
+    "save",
+]

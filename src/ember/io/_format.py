@@ -1,22 +1,20 @@
-"""The on-disk format: safetensors bytes plus an ember JSON header, and its checks.
+"""The on-disk format: safetensors (through the ``safetensors`` library) plus ember's JSON.
 
-A file written by :func:`ember.io.save` is a plain safetensors file:
+A file written by :func:`ember.io.save` is a plain safetensors file, read,
+checked and written by the maintained `safetensors` package (its Rust core
+validates the header: lengths, dtypes, shapes against byte spans, contiguous
+non-overlapping offsets covering the file). Arrays are named by the canonical
+string of their ember path (``encoder.layers.0.weight``). The structure around
+them goes, as a JSON string, into ``__metadata__["ember"]`` (schema in
+:mod:`ember.io._save`), so any safetensors reader (PyTorch, NumPy, Rust) can
+still open the file.
 
-* 8 bytes: little-endian unsigned length ``N`` of the header;
-* ``N`` bytes: a UTF-8 JSON object ``{name: {"dtype", "shape", "data_offsets"}}``
-  plus ``"__metadata__": {str: str}``, padded with spaces to a multiple of 8;
-* the data section: every array's bytes (little-endian, C order), back to back.
-
-Arrays are named by the canonical string of their ember path
-(``encoder.layers.0.weight``). The structure around them goes, as a JSON string,
-into ``__metadata__["ember"]`` (schema in :mod:`ember.io._save`), so the model,
-its constants and its optimizer state stay in one file that any safetensors
-reader (PyTorch, NumPy, Rust) can still open.
-
-Everything read from a file is untrusted. :func:`read_file` checks the header
-length against the file size, each dtype, each shape against its byte span and
-the spans against each other (contiguous, no overlap, inside the file) *before*
-it allocates anything, and turns every failure into
+ember's own code here is the part the library does not do: dtypes it cannot
+hold (complex128 is stored as float64 with a trailing ``(re, im)`` axis;
+bfloat16 tensors of PyTorch files are read as raw bits and widened), and the
+bounds that keep a hostile header cheap: a header size limit, a decode budget
+estimated *before* the JSON is parsed, a nesting limit, a node count limit and
+a limit on distinct types (with a class cache). Every failure is an
 :class:`ember.FileFormatError` with the reason.
 """
 
@@ -34,32 +32,42 @@ __all__ = [
     "DTYPES",
     "SafetensorsFile",
     "TensorEntry",
-    "encode_header",
     "host_numpy",
-    "read_file",
+    "open_file",
     "strict_json_loads",
+    "write_tensors",
 ]
 
 # --- error texts (constants so tests can check them) -----------------------
 
 BAD_FILE = "ember.io: {path} is not a valid safetensors file: {reason}"
 TOO_SHORT = "the file is {size} bytes long; a safetensors file starts with an 8-byte header length"
-BAD_HEADER_LEN = "the header length field says {n} bytes but only {avail} bytes follow it"
-HEADER_TOO_BIG = "the header length field says {n} bytes, more than the {limit}-byte limit"
-BAD_JSON = "the header is not valid UTF-8 JSON: {error}"
-DUPLICATE_KEY = "the JSON object has the key {key!r} twice"
-BAD_ENTRY = "tensor {name!r}: {reason}"
-UNKNOWN_DTYPE = "tensor {name!r}: unknown dtype {dtype!r}; known dtypes are {known}"
-SPAN_MISMATCH = (
-    "tensor {name!r}: shape {shape} of {dtype} needs {need} bytes but data_offsets "
-    "[{begin}, {end}] span {span} bytes"
+HEADER_TOO_BIG = (
+    "the header length field says {n} bytes, more than ember's {limit}-byte limit (store large "
+    "data as arrays, not as constants)"
 )
-OUT_OF_FILE = "tensor {name!r}: data_offsets [{begin}, {end}] end past the data section ({size} bytes)"
-OVERLAP = "tensors {a!r} and {b!r} overlap or leave a gap (data_offsets {a_span} then {b_span})"
-TRAILING = "the data section has {size} bytes but the tensors cover only {covered}"
+DUPLICATE_KEY = "the JSON object has the key {key!r} twice"
+UNKNOWN_DTYPE = "tensor {name!r}: unknown dtype {dtype!r}; known dtypes are {known}"
+BAD_TENSOR = "tensor {name!r} cannot be read: {reason}"
+OVER_BUDGET = (
+    "the ember structure header would take about {need} MB to decode, more than the {limit} MB "
+    "bound for a file of this size; it is hostile or was not written by ember.io.save"
+)
+TOO_DEEP = "the structure is nested deeper than {limit} levels at {path!r}"
+TOO_MANY_NODES = "the structure has more than {limit} nodes"
+TOO_MANY_TYPES = "the structure names more than {limit} distinct types"
 
-#: Largest header accepted (same bound as the safetensors library).
-MAX_HEADER_BYTES = 100_000_000
+#: Largest safetensors header ember reads (the library allows 100 MB). Headers of
+#: real models are far smaller (about 150 bytes per tensor).
+MAX_HEADER_BYTES = 16 * 2**20
+#: Decode budget for the ember JSON: this many bytes, or the file size if larger.
+MAX_DECODE_BYTES = 64 * 2**20
+#: Nesting limit of a stored structure (nodes and tagged constants).
+MAX_DEPTH = 200
+#: Node limit of a stored structure.
+MAX_NODES = 1_000_000
+#: Distinct namedtuple / dataclass / node types one file may name.
+MAX_TYPES = 1_000
 #: NumPy cannot hold more dimensions than this.
 MAX_NDIM = 64
 #: Largest single dimension accepted (keeps shape products in int64).
@@ -85,7 +93,7 @@ DTYPES: dict[str, tuple[str, int]] = {
     "complex128": ("F64", 8),  # stored with a trailing (re, im) axis
 }
 # safetensors code -> (numpy dtype name, itemsize) for reading. BF16 is read
-# as raw uint16 bits; load_state_dict widens it to float32 (exactly).
+# as raw uint16 bits (NumPy has no bfloat16); ember.io widens it to float32.
 _CODES: dict[str, tuple[str, int]] = {
     "BOOL": ("bool", 1),
     "I8": ("int8", 1),
@@ -124,11 +132,13 @@ def strict_json_loads(text: str | bytes) -> Any:
     """``json.loads`` that rejects duplicate keys and NaN/Infinity (hostile-file guards)."""
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in items:
-            if k in out:
-                raise ValueError(DUPLICATE_KEY.format(key=k))
-            out[k] = v
+        out = dict(items)
+        if len(out) != len(items):
+            seen: set[str] = set()
+            for k, _ in items:
+                if k in seen:
+                    raise ValueError(DUPLICATE_KEY.format(key=k))
+                seen.add(k)
         return out
 
     def no_constant(name: str) -> Any:
@@ -137,33 +147,36 @@ def strict_json_loads(text: str | bytes) -> Any:
     return json.loads(text, object_pairs_hook=pairs, parse_constant=no_constant)
 
 
+def decode_cost(text: str) -> int:
+    """Upper estimate, in bytes, of what ``strict_json_loads(text)`` allocates.
+
+    Counted before parsing (``str.count`` is a C loop), so a header made of
+    millions of tiny objects is refused before it costs anything. The weights
+    are measured CPython sizes: a dict with its pair list, a list, one value
+    with its slot, and the characters themselves.
+    """
+    return 200 * text.count("{") + 72 * text.count("[") + 160 * text.count(",") + 4 * len(text) + 1024
+
+
+def check_decode_budget(text: str, file_size: int) -> None:
+    """Raise ValueError (becomes FileFormatError) when ``text`` is too costly to decode."""
+    limit = max(MAX_DECODE_BYTES, file_size)
+    need = decode_cost(text)
+    if need > limit:
+        raise ValueError(OVER_BUDGET.format(need=need // 2**20, limit=limit // 2**20))
+
+
 @dataclass(frozen=True)
 class TensorEntry:
-    """One tensor of a safetensors header, already checked against the file size."""
+    """One tensor of a checked safetensors file: its name, dtype code and shape."""
 
     name: str
     code: str  # safetensors dtype code, e.g. "F32"
     shape: tuple[int, ...]
-    begin: int  # offsets into the data section
-    end: int
 
 
-@dataclass
-class SafetensorsFile:
-    """A checked safetensors file held in memory: header entries, metadata and data bytes."""
-
-    entries: dict[str, TensorEntry]
-    metadata: dict[str, str]
-    data: Any  # writable bytes-like (bytearray) of the data section
-
-    def array(self, name: str) -> Any:
-        """The tensor ``name`` as a NumPy array viewing the file's buffer (no copy)."""
-        np = host_numpy()
-        e = self.entries[name]
-        np_dtype = np.dtype(_CODES[e.code][0]).newbyteorder("<")
-        count = (e.end - e.begin) // np_dtype.itemsize
-        arr = np.frombuffer(self.data, dtype=np_dtype, count=count, offset=e.begin)
-        return arr.reshape(e.shape)
+def _fail(path: Any, reason: str) -> FileFormatError:
+    return FileFormatError(BAD_FILE.format(path=path, reason=reason))
 
 
 def fits_numpy(shape: Any, itemsize: int) -> bool:
@@ -171,135 +184,116 @@ def fits_numpy(shape: Any, itemsize: int) -> bool:
     return math.prod(max(d, 1) for d in shape) * itemsize < 2**63
 
 
-def _fail(path: Any, reason: str) -> FileFormatError:
-    return FileFormatError(BAD_FILE.format(path=path, reason=reason))
-
-
 def _is_int(x: Any) -> bool:
     return type(x) is int  # bool is not an int here
 
 
-def _check_entry(name: str, raw: Any, data_size: int) -> TensorEntry:
-    if not isinstance(raw, dict):
-        raise ValueError(BAD_ENTRY.format(name=name, reason="entry is not a JSON object"))
-    if set(raw) != {"dtype", "shape", "data_offsets"}:
-        raise ValueError(
-            BAD_ENTRY.format(
-                name=name, reason=f"keys are {sorted(raw)}, expected ['data_offsets', 'dtype', 'shape']"
-            )
-        )
-    code, shape, offsets = raw["dtype"], raw["shape"], raw["data_offsets"]
-    if not isinstance(code, str) or code not in _CODES:
-        raise ValueError(UNKNOWN_DTYPE.format(name=name, dtype=code, known=sorted(_CODES)))
-    if not isinstance(shape, list) or len(shape) > MAX_NDIM:
-        raise ValueError(BAD_ENTRY.format(name=name, reason=f"shape {shape!r} is not a list of <= {MAX_NDIM} ints"))
-    if not all(_is_int(d) and 0 <= d <= MAX_DIM for d in shape):
-        raise ValueError(BAD_ENTRY.format(name=name, reason=f"shape {shape!r} has a negative, huge or non-int size"))
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
-        raise ValueError(BAD_ENTRY.format(name=name, reason=f"data_offsets {offsets!r} is not [begin, end]"))
-    begin, end = offsets
-    if not 0 <= begin <= end:
-        raise ValueError(BAD_ENTRY.format(name=name, reason=f"data_offsets {offsets!r} are negative or reversed"))
-    if end > data_size:
-        raise ValueError(OUT_OF_FILE.format(name=name, begin=begin, end=end, size=data_size))
-    itemsize = _CODES[code][1]
-    if not fits_numpy(shape, itemsize):
-        raise ValueError(BAD_ENTRY.format(name=name, reason=f"shape {shape!r} is too large for an array"))
-    need = math.prod(shape) * itemsize
-    if need != end - begin:
-        raise ValueError(
-            SPAN_MISMATCH.format(
-                name=name, shape=tuple(shape), dtype=code, need=need, begin=begin, end=end, span=end - begin
-            )
-        )
-    return TensorEntry(name, code, tuple(shape), begin, end)
+class SafetensorsFile:
+    """An open, checked safetensors file: entries, metadata and lazy (memory-mapped) tensors.
 
-
-def _check_layout(entries: dict[str, TensorEntry], data_size: int) -> None:
-    ordered = sorted(entries.values(), key=lambda e: (e.begin, e.end))
-    pos, prev = 0, None
-    for e in ordered:
-        if e.begin != pos:
-            a = prev.name if prev else "<start>"
-            a_span = [prev.begin, prev.end] if prev else [0, 0]
-            raise ValueError(OVERLAP.format(a=a, b=e.name, a_span=a_span, b_span=[e.begin, e.end]))
-        pos, prev = e.end, e
-    if pos != data_size:
-        raise ValueError(TRAILING.format(size=data_size, covered=pos))
-
-
-def _parse_header(header: bytes, data_size: int) -> tuple[dict[str, TensorEntry], dict[str, str]]:
-    try:
-        text = header.decode("utf-8")
-        obj = strict_json_loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(BAD_JSON.format(error=exc)) from exc
-    if not isinstance(obj, dict):
-        raise ValueError(f"the header is a JSON {type(obj).__name__}, expected an object")
-    metadata = obj.pop("__metadata__", {})
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
-        raise ValueError("__metadata__ is not a JSON object of string to string")
-    entries = {name: _check_entry(name, raw, data_size) for name, raw in obj.items()}
-    _check_layout(entries, data_size)
-    return entries, metadata
-
-
-def read_file(path: str | os.PathLike[str]) -> SafetensorsFile:
-    """Read and check a whole safetensors file; any defect raises FileFormatError.
-
-    OSError (missing file, permissions) passes through unchanged.
+    Use as a context manager; :meth:`array` copies one tensor out of the map,
+    so a loaded array never keeps the file (or its mapping) alive.
     """
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+
+    def __init__(self, path: str, handle: Any, size: int, header_len: int) -> None:
+        self.path, self._handle, self.size, self._header_len = path, handle, size, header_len
         try:
-            if size < 8:
-                raise ValueError(TOO_SHORT.format(size=size))
-            head = f.read(8)
-            if len(head) != 8:
-                raise ValueError(TOO_SHORT.format(size=len(head)))
-            n = int.from_bytes(head, "little")
-            if n > MAX_HEADER_BYTES:
-                raise ValueError(HEADER_TOO_BIG.format(n=n, limit=MAX_HEADER_BYTES))
-            if n > size - 8 or n < 2:
-                raise ValueError(BAD_HEADER_LEN.format(n=n, avail=size - 8))
-            header = f.read(n)
-            if len(header) != n:  # file shrank while we read it
-                raise ValueError(BAD_HEADER_LEN.format(n=n, avail=len(header)))
-            data_size = size - 8 - n
-            entries, metadata = _parse_header(header, data_size)
-            data = bytearray(data_size)
-            got = f.readinto(data)
-            if got != data_size:
-                raise ValueError(f"the data section should be {data_size} bytes but only {got} could be read")
-        except FileFormatError:
-            raise
-        except OSError:
-            raise
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError, MemoryError) as exc:
-            raise _fail(os.fspath(path), str(exc)) from exc
-    return SafetensorsFile(entries, metadata, data)
+            meta = handle.metadata()
+            names = list(handle.keys())
+            entries = {}
+            for name in names:
+                sl = handle.get_slice(name)
+                code, shape = sl.get_dtype(), tuple(sl.get_shape())
+                if code not in _CODES:
+                    raise ValueError(UNKNOWN_DTYPE.format(name=name, dtype=code, known=sorted(_CODES)))
+                if len(shape) > MAX_NDIM or not fits_numpy(shape, _CODES[code][1]):
+                    raise ValueError(BAD_TENSOR.format(name=name, reason=f"shape {shape} is too large for an array"))
+                entries[name] = TensorEntry(name, code, shape)
+        except ValueError as exc:
+            self.close()
+            raise _fail(path, str(exc)) from exc
+        except Exception as exc:  # the library's SafetensorError
+            self.close()
+            raise _fail(path, str(exc)) from exc
+        self.entries: dict[str, TensorEntry] = entries
+        self.metadata: dict[str, str] = dict(meta or {})
+
+    def array(self, name: str) -> Any:
+        """The tensor ``name`` as a NumPy array that owns its memory (a copy out of the file)."""
+        e = self.entries[name]
+        try:
+            if e.code == "BF16":
+                return self._raw(e)
+            return self._handle.get_tensor(name)
+        except Exception as exc:
+            raise _fail(self.path, BAD_TENSOR.format(name=name, reason=exc)) from exc
+
+    def _raw(self, e: TensorEntry) -> Any:
+        """Raw bits of a tensor whose dtype NumPy lacks (BF16), at offsets the library checked."""
+        np = host_numpy()
+        with open(self.path, "rb") as f:
+            f.seek(8)
+            header = strict_json_loads(f.read(self._header_len))
+            begin, end = header[e.name]["data_offsets"]
+            f.seek(8 + self._header_len + begin)
+            raw = f.read(end - begin)
+        return np.frombuffer(bytearray(raw), dtype=np.dtype("<u2")).reshape(e.shape)
+
+    def close(self) -> None:
+        """Release the library's handle (and its memory map)."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            h.__exit__(None, None, None)
+
+    def __enter__(self) -> SafetensorsFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
-def encode_header(entries: list[tuple[str, str, tuple[int, ...], int]], metadata: dict[str, str]) -> bytes:
-    """Build the header bytes (length prefix + padded JSON) for ``(name, code, shape, nbytes)`` rows.
+def open_file(path: str | os.PathLike[str]) -> SafetensorsFile:
+    """Open and check a safetensors file; any defect raises FileFormatError.
 
-    Rows are laid out in the given order; the caller sorts them (largest item
-    size first keeps every tensor aligned to its item size).
+    The 8-byte header length is checked against ember's bound first, so the
+    library never parses an oversized header. OSError (missing file,
+    permissions) passes through unchanged.
     """
-    obj: dict[str, Any] = {}
-    if metadata:
-        obj["__metadata__"] = dict(metadata)
-    pos = 0
-    for name, code, shape, nbytes in entries:
-        obj[name] = {"dtype": code, "shape": list(shape), "data_offsets": [pos, pos + nbytes]}
-        pos += nbytes
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text
+    from safetensors import safe_open
+
+    p = os.fspath(path)
+    with open(p, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+    if size < 8 or len(head) != 8:
+        raise _fail(p, TOO_SHORT.format(size=size))
+    n = int.from_bytes(head, "little")
+    if n > MAX_HEADER_BYTES:
+        raise _fail(p, HEADER_TOO_BIG.format(n=n, limit=MAX_HEADER_BYTES))
+    try:
+        handle = safe_open(p, framework="numpy")
+        handle.__enter__()
+    except OSError:
+        raise
+    except Exception as exc:  # SafetensorError: the library's verdict on the container
+        raise _fail(p, str(exc)) from exc
+    return SafetensorsFile(p, handle, size, n)
+
+
+def write_tensors(fd: int, arrays: dict[str, Any], metadata: dict[str, str]) -> None:
+    """Write ``arrays`` (little-endian C-contiguous NumPy) and ``metadata`` to the open ``fd``.
+
+    The safetensors library lays the tensors out (sorted by alignment, then
+    name) and encodes the file in memory; it is written here, to the caller's
+    locked temp file (the library's own ``save_file`` writes through a temp
+    file of its own, which ember could neither lock nor clean up).
+    """
+    from safetensors.numpy import save
+
+    data = memoryview(save(arrays, metadata=metadata))
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
 
 
 # ============================================================================
@@ -312,7 +306,9 @@ def encode_header(entries: list[tuple[str, str, tuple[int, ...], int]], metadata
 # for None, bool, int, str and finite floats, else a tagged object
 # ``{"$": tag, ...}`` with tag one of: float (nan/inf, as repr), complex,
 # bytes (hex), tuple, list, dict (items as [key, value] pairs), slice, range,
-# ellipsis, dtype (by name), array (a static array: dtype, shape, hex bytes).
+# ellipsis, dtype (by name), array (a static array: dtype, shape, hex bytes),
+# function (a registered function, by name), callable (an import path, only
+# with allow_callables=True), partial (functools.partial of those).
 
 FORMAT_NAME = "ember.io"
 FORMAT_VERSION = 1
@@ -321,9 +317,18 @@ EMBER_KEY = "ember"
 
 UNSAVABLE_CONSTANT = (
     "ember.io.save: cannot store the constant at {path!r} (a {type}): a file holds only "
-    "None, bool, int, float, complex, str, bytes, slices, ranges, dtypes, arrays and "
-    "tuples/lists/dicts of these. Remove it (or make it one of these) before saving; "
+    "None, bool, int, float, complex, str, bytes, slices, ranges, dtypes, arrays, registered "
+    "functions and tuples/lists/dicts of these. Remove it (or make it one of these) before saving; "
     "load(..., like=...) takes constants from `like`."
+)
+UNSAVABLE_CALLABLE = (
+    "ember.io.save: cannot store the callable {name} at {path!r}: it is not registered with "
+    "ember.io.register_function. Register it (ember.io.register_function(fn)), or pass "
+    "allow_callables=True to store its import path (load then needs allow_callables=True too)."
+)
+NO_IMPORT_PATH = (
+    "ember.io.save: cannot store the callable {name} at {path!r}: it has no import path "
+    "(a lambda, a local or bound function); register it with ember.io.register_function(fn, name)"
 )
 BAD_VALUE = "bad constant encoding {value!r} at {path!r}: {why}"
 UNKNOWN_TYPE = (
@@ -331,6 +336,34 @@ UNKNOWN_TYPE = (
     "with ember.tree in this process (ember.io never imports modules named by a file). "
     "Import the module that defines and registers it before loading, or pass like=."
 )
+
+
+class DecodeOptions:
+    """How a load treats callables and how much work the file may cause.
+
+    ``callables``: "refuse" (FileFormatError), "import" (allow_callables=True)
+    or "placeholder" (like= gives them). Counters enforce MAX_NODES/MAX_TYPES.
+    """
+
+    def __init__(self, callables: str = "refuse") -> None:
+        self.callables = callables
+        self.nodes = 0
+        self.types: set[Any] = set()
+
+    def count_node(self) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise ValueError(TOO_MANY_NODES.format(limit=MAX_NODES))
+
+    def count_type(self, key: Any) -> None:
+        if key not in self.types:
+            if len(self.types) >= MAX_TYPES:
+                raise ValueError(TOO_MANY_TYPES.format(limit=MAX_TYPES))
+            self.types.add(key)
+
+
+#: Stands for a callable the file names when like= supplies the real one.
+UNRESOLVED = type("Unresolved", (), {"__repr__": lambda self: "<callable from like=>"})()
 
 
 def type_name(cls: type) -> str:
@@ -356,9 +389,12 @@ def dtype_name(dtype: Any) -> str | None:
     return name
 
 
-def encode_value(v: Any, path: str, to_host: Any) -> Any:
+def encode_value(v: Any, path: Any, to_host: Any, allow_callables: bool = False) -> Any:
     """Encode a constant as JSON VALUE; StructureError naming ``path`` when it cannot be."""
     from ember._errors import StructureError
+
+    def enc(x: Any) -> Any:
+        return encode_value(x, path, to_host, allow_callables)
 
     t = type(v)
     if v is None or t is bool or t is int or t is str:
@@ -366,109 +402,169 @@ def encode_value(v: Any, path: str, to_host: Any) -> Any:
     if t is float:
         return v if math.isfinite(v) else {"$": "float", "v": repr(v)}
     if t is complex:
-        return {"$": "complex", "re": encode_value(v.real, path, to_host), "im": encode_value(v.imag, path, to_host)}
+        return {"$": "complex", "re": enc(v.real), "im": enc(v.imag)}
     if t is bytes:
         return {"$": "bytes", "hex": v.hex()}
     if t is tuple or t is list:
-        return {"$": t.__name__, "items": [encode_value(i, path, to_host) for i in v]}
+        return {"$": t.__name__, "items": [enc(i) for i in v]}
     if t is dict:
-        return {"$": "dict", "items": [[encode_value(k, path, to_host), encode_value(i, path, to_host)]
-                                       for k, i in v.items()]}
+        return {"$": "dict", "items": [[enc(k), enc(i)] for k, i in v.items()]}
     if t is slice:
-        return {"$": "slice", "items": [encode_value(i, path, to_host) for i in (v.start, v.stop, v.step)]}
+        return {"$": "slice", "items": [enc(i) for i in (v.start, v.stop, v.step)]}
     if t is range:
         return {"$": "range", "items": [v.start, v.stop, v.step]}
     if v is Ellipsis:
         return {"$": "ellipsis"}
     if is_array(v):
-        arr, name = to_host(v, path)
+        arr, name = to_host(v, str(path))
         shape = arr.shape[:-1] if name == "complex128" else arr.shape
         return {"$": "array", "dtype": name, "shape": list(shape), "hex": arr.tobytes().hex()}
     name = dtype_name(v)
     if name is not None:
         return {"$": "dtype", "name": name}
-    raise StructureError(UNSAVABLE_CONSTANT.format(path=path, type=t.__qualname__))
+    if callable(v):
+        from ember.io import _functions
+
+        import functools
+
+        if t is functools.partial:
+            return {"$": "partial", "fn": enc(v.func), "args": [enc(a) for a in v.args],
+                    "kwargs": [[k, enc(a)] for k, a in v.keywords.items()]}
+        reg = _functions.name_of(v)
+        if reg is not None:
+            return {"$": "function", "name": reg}
+        label = getattr(v, "__qualname__", t.__qualname__)
+        if not allow_callables:
+            raise StructureError(UNSAVABLE_CALLABLE.format(name=label, path=str(path)))
+        ref = _functions.import_path(v)
+        if ref is None:
+            raise StructureError(NO_IMPORT_PATH.format(name=label, path=str(path)))
+        return {"$": "callable", "ref": ref}
+    raise StructureError(UNSAVABLE_CONSTANT.format(path=str(path), type=t.__qualname__))
 
 
-def decode_value(v: Any, path: str, xp: Any) -> Any:
+def decode_value(v: Any, path: Any, xp: Any, opts: DecodeOptions | None = None, depth: int = 0) -> Any:
     """Inverse of :func:`encode_value`; ValueError (becomes FileFormatError) for bad input.
 
     Dtypes and static arrays are made with namespace ``xp`` (None: NumPy).
+    ``path`` is only turned into text for an error message.
     """
     t = type(v)
-    if v is None or t is bool or t is int or t is str:
+    if v is None or t is bool or t is int or t is str or t is float:
         return v
-    if t is float:
-        return v
+    if depth > MAX_DEPTH:
+        raise ValueError(TOO_DEEP.format(limit=MAX_DEPTH, path=str(path)))
+    if opts is None:
+        opts = DecodeOptions()
+
+    def dec(x: Any) -> Any:
+        return decode_value(x, path, xp, opts, depth + 1)
+
+    def bad(why: str) -> ValueError:
+        return ValueError(BAD_VALUE.format(value=_short(v), path=str(path), why=why))
+
     if t is not dict or not isinstance(v.get("$"), str):
-        raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="not a JSON scalar or a tagged object"))
+        raise bad("not a JSON scalar or a tagged object")
     tag = v["$"]
     if tag == "float":
         s = v.get("v")
         if s not in ("nan", "inf", "-inf"):
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="float must be nan, inf or -inf"))
+            raise bad("float must be nan, inf or -inf")
         return float(s)
     if tag == "complex":
-        re_, im = decode_value(v.get("re"), path, xp), decode_value(v.get("im"), path, xp)
+        re_, im = dec(v.get("re")), dec(v.get("im"))
         if type(re_) is not float or type(im) is not float:
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="complex parts must be floats"))
+            raise bad("complex parts must be floats")
         return complex(re_, im)
     if tag == "bytes":
         h = v.get("hex")
         if not isinstance(h, str):
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="bytes need a hex string"))
+            raise bad("bytes need a hex string")
         return bytes.fromhex(h)
     if tag in ("tuple", "list", "slice", "range"):
         items = v.get("items")
         if not isinstance(items, list):
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="items must be a list"))
-        vals = [decode_value(i, path, xp) for i in items]
+            raise bad("items must be a list")
+        vals = [dec(i) for i in items]
         if tag == "tuple":
             return tuple(vals)
         if tag == "list":
             return vals
         if len(vals) != 3:
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why=f"{tag} needs 3 items"))
+            raise bad(f"{tag} needs 3 items")
         if tag == "range":
             if not all(type(i) is int for i in vals):
-                raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="range needs ints"))
+                raise bad("range needs ints")
             return range(*vals)
         return slice(*vals)
     if tag == "dict":
         items = v.get("items")
         if not isinstance(items, list) or not all(isinstance(i, list) and len(i) == 2 for i in items):
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="dict items must be [key, value] pairs"))
+            raise bad("dict items must be [key, value] pairs")
         out = {}
         for k, i in items:
-            key = decode_value(k, path, xp)
+            key = dec(k)
             hash(key)  # TypeError for unhashable: converted by the caller
-            out[key] = decode_value(i, path, xp)
+            out[key] = dec(i)
         return out
     if tag == "ellipsis":
         return Ellipsis
     if tag == "dtype":
         name = v.get("name")
         if name not in DTYPES and name != "bfloat16":
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why=f"unknown dtype {name!r}"))
+            raise bad(f"unknown dtype {name!r}")
         if xp is None:
             return host_numpy().dtype(name)
         return getattr(xp, name)
     if tag == "array":
         name, shape, h = v.get("dtype"), v.get("shape"), v.get("hex")
         if name not in DTYPES or not isinstance(h, str) or not isinstance(shape, list):
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="array needs dtype, shape and hex"))
+            raise bad("array needs dtype, shape and hex")
         if len(shape) > MAX_NDIM or not all(_is_int(d) and 0 <= d <= MAX_DIM for d in shape) or not fits_numpy(
             shape, 16
         ):
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why=f"bad shape {shape!r}"))
+            raise bad(f"bad shape {shape!r}")
         np = host_numpy()
-        raw = bytes.fromhex(h)
         dt = np.dtype(name).newbyteorder("<")
-        if math.prod(shape) * dt.itemsize != len(raw):
-            raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why="shape does not match the byte count"))
-        arr = np.frombuffer(bytearray(raw), dtype=dt).reshape(shape)
+        if math.prod(shape) * dt.itemsize * 2 != len(h):
+            raise bad("shape does not match the byte count")
+        arr = np.frombuffer(bytearray.fromhex(h), dtype=dt).reshape(shape)
         return arr if xp is None else xp.asarray(arr)
-    raise ValueError(BAD_VALUE.format(value=_short(v), path=path, why=f"unknown tag {tag!r}"))
+    if tag in ("function", "callable", "partial"):
+        return _decode_callable(v, tag, path, dec, opts, bad)
+    raise bad(f"unknown tag {tag!r}")
+
+
+def _decode_callable(v: dict[str, Any], tag: str, path: Any, dec: Any, opts: DecodeOptions, bad: Any) -> Any:
+    from ember.io import _functions
+
+    if tag == "partial":
+        import functools
+
+        fn, args, kwargs = dec(v.get("fn")), v.get("args"), v.get("kwargs")
+        if not isinstance(args, list) or not isinstance(kwargs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and type(p[0]) is str for p in kwargs
+        ):
+            raise bad("partial needs fn, args and kwargs")
+        if fn is UNRESOLVED:
+            return UNRESOLVED
+        return functools.partial(fn, *[dec(a) for a in args], **{k: dec(a) for k, a in kwargs})
+    name = v.get("name" if tag == "function" else "ref")
+    if not isinstance(name, str):
+        raise bad(f"{tag} needs a name")
+    opts.count_type((tag, name))
+    if tag == "function":
+        fn = _functions.lookup(name)
+        if fn is not None:
+            return fn
+        if opts.callables == "placeholder":
+            return UNRESOLVED
+        raise FileFormatError(_functions.UNKNOWN_FUNCTION.format(name=name, path=str(path)))
+    if opts.callables == "placeholder":
+        return UNRESOLVED
+    if opts.callables != "import":
+        raise FileFormatError(_functions.CALLABLE_REFUSED.format(ref=name, path=str(path)))
+    return _functions.resolve_import(name, str(path))
 
 
 def encode_key(key: Any) -> Any:
@@ -482,7 +578,7 @@ def encode_key(key: Any) -> Any:
     return {"key": encode_value(key.key, "<register_node key>", None)}
 
 
-def decode_key(obj: Any, path: str) -> Any:
+def decode_key(obj: Any, path: Any) -> Any:
     """Inverse of :func:`encode_key` (ValueError for bad input)."""
     from ember.tree import Index, Key, Name
 
@@ -496,7 +592,7 @@ def decode_key(obj: Any, path: str) -> Any:
             k = decode_value(v, path, None)
             if type(k) is not str:
                 return Key(k)
-    raise ValueError(BAD_VALUE.format(value=_short(obj), path=path, why="not a Name/Index/Key encoding"))
+    raise ValueError(BAD_VALUE.format(value=_short(obj), path=str(path), why="not a Name/Index/Key encoding"))
 
 
 def _short(v: Any) -> str:
@@ -534,12 +630,12 @@ def custom_flatten(x: Any) -> tuple[list[tuple[Any, Any]], Any]:
     return list(children), aux
 
 
-def _lookup(name: Any, path: str) -> Any:
+def _lookup(name: Any, path: Any) -> Any:
     """The object named ``"module:QualName"`` if its module is already imported, else None."""
     import sys
 
-    if not isinstance(name, str) or name.count(":") != 1:
-        raise ValueError(f"bad type name {_short(name)} at {path!r}")
+    if not isinstance(name, str) or name.count(":") != 1 or len(name) > 1000:
+        raise ValueError(f"bad type name {_short(name)} at {str(path)!r}")
     mod_name, qual = name.split(":")
     obj: Any = sys.modules.get(mod_name)
     for part in qual.split("."):
@@ -553,7 +649,7 @@ def _lookup(name: Any, path: str) -> Any:
     return obj if isinstance(obj, type) else None
 
 
-def resolve_type(name: Any, what: str, path: str) -> Any:
+def resolve_type(name: Any, what: str, path: Any, opts: DecodeOptions | None = None) -> Any:
     """The class named ``"module:QualName"`` if it is registered as ``what`` with ember.tree.
 
     ``what`` is "dataclass" or "node". Never imports anything: the module must
@@ -562,23 +658,40 @@ def resolve_type(name: Any, what: str, path: str) -> Any:
     """
     from ember.tree import node_info
 
+    if opts is not None:
+        opts.count_type((what, name if isinstance(name, str) else repr(name)[:100]))
     obj = _lookup(name, path)
     nt = node_info(cls=obj) if isinstance(obj, type) else None
     if nt is None or nt.kind != what:
-        raise FileFormatError(UNKNOWN_TYPE.format(type=name, path=path, what=f"{what} type"))
+        raise FileFormatError(UNKNOWN_TYPE.format(type=name, path=str(path), what=f"{what} type"))
     return obj, nt
 
 
-def resolve_namedtuple(name: Any, fields: list[str], path: str) -> Any:
-    """The namedtuple class ``name`` if already imported with these fields, else a new one.
+#: namedtuple classes made for files, by (type name, fields); shared across loads.
+_NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], type] = {}
+_NAMEDTUPLE_CACHE_MAX = 4096
+
+
+def resolve_namedtuple(name: Any, fields: list[str], path: Any, opts: DecodeOptions | None = None) -> Any:
+    """The namedtuple class ``name`` if already imported with these fields, else an equivalent one.
 
     A file cannot make ember.io import a module; when the class is not around,
-    an equivalent ``collections.namedtuple`` with the same name and fields is made.
+    an equivalent ``collections.namedtuple`` with the same name and fields is
+    made once and cached (a file naming many distinct types fails at MAX_TYPES).
     """
     import collections
 
+    key = (name if isinstance(name, str) else "", tuple(fields))
+    if opts is not None:
+        opts.count_type(("namedtuple", key))
     obj = _lookup(name, path)
     if obj is not None and issubclass(obj, tuple) and getattr(obj, "_fields", None) == tuple(fields):
         return obj
-    typename = name.split(":")[1].rsplit(".", 1)[-1]
-    return collections.namedtuple(typename, fields)  # ValueError for bad names
+    cls = _NAMEDTUPLES.get(key)
+    if cls is None:
+        typename = name.split(":")[1].rsplit(".", 1)[-1]
+        cls = collections.namedtuple(typename, fields)  # ValueError for bad names
+        if len(_NAMEDTUPLES) >= _NAMEDTUPLE_CACHE_MAX:
+            _NAMEDTUPLES.clear()
+        _NAMEDTUPLES[key] = cls
+    return cls

@@ -68,13 +68,12 @@ class Stored:
     name: str  # safetensors tensor name
 
     def host(self) -> Any:
-        """The array as NumPy (a view of the file buffer; complex128 re-joined)."""
+        """The array as NumPy, copied out of the file (complex128 re-joined, BF16 widened)."""
         arr = self.file.array(self.name)
+        np = _format.host_numpy()
         if self.dtype == "complex128":
-            np = _format.host_numpy()
             arr = arr.view(np.dtype("<c16")).reshape(self.shape)
         elif self.file.entries[self.name].code == "BF16":
-            np = _format.host_numpy()
             arr = (arr.astype(np.uint32) << 16).view(np.float32)  # exact widening
         return arr
 
@@ -84,6 +83,36 @@ class _Passthrough(Exception):
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
+
+
+class _LazyPath:
+    """A path built one key at a time, turned into an ember Path only when needed.
+
+    Why: a hostile header nests deeply; materialising every node's full path
+    would cost O(nodes x depth). Only arrays and error messages need it.
+    """
+
+    __slots__ = ("parent", "key", "_path")
+
+    def __init__(self, parent: _LazyPath | None, key: Any) -> None:
+        self.parent, self.key, self._path = parent, key, None
+
+    def __truediv__(self, key: Any) -> _LazyPath:
+        return _LazyPath(self, key)
+
+    def path(self) -> Any:
+        if self._path is None:
+            from ember.tree import Path
+
+            keys, node = [], self
+            while node is not None and node.parent is not None:
+                keys.append(node.key)
+                node = node.parent
+            self._path = Path(reversed(keys))
+        return self._path
+
+    def __str__(self) -> str:
+        return str(self.path())
 
 
 # --- phase 1: read and check ---------------------------------------------
@@ -99,13 +128,18 @@ def _plain_arrays(st: _format.SafetensorsFile) -> dict[str, Stored]:
 
 
 class _Decoder:
-    """Checks the ember NODE JSON against the file and (if ``build``) rebuilds the structure."""
+    """Checks the ember NODE JSON against the file and (if ``build``) rebuilds the structure.
 
-    def __init__(self, st: _format.SafetensorsFile, build: bool, convert: Any, xp: Any) -> None:
-        from ember.tree import Index, Key, Name, Path, parse_path
+    Work is bounded: nesting (MAX_DEPTH), nodes (MAX_NODES) and distinct types
+    (MAX_TYPES) are counted, so any header costs at most linear time.
+    """
 
-        self.Index, self.Key, self.Name, self.Path, self.parse_path = Index, Key, Name, Path, parse_path
-        self.st, self.build, self.convert, self.xp = st, build, convert, xp
+    def __init__(self, st: _format.SafetensorsFile, build: bool, convert: Any, xp: Any,
+                 opts: _format.DecodeOptions) -> None:
+        from ember.tree import Index, Key, Name, parse_path
+
+        self.Index, self.Key, self.Name, self.parse_path = Index, Key, Name, parse_path
+        self.st, self.build, self.convert, self.xp, self.opts = st, build, convert, xp, opts
         self.arrays: dict[str, Stored] = {}
 
     def _bad(self, path: Any, why: str) -> ValueError:
@@ -129,42 +163,47 @@ class _Decoder:
             raise self._bad(path, "field names must be distinct strings")
         return names
 
-    def node(self, n: Any, path: Any) -> Any:
+    def _value(self, v: Any, path: Any, depth: int) -> Any:
+        return _format.decode_value(v, path, self.xp, self.opts, depth)
+
+    def node(self, n: Any, path: Any, depth: int = 0) -> Any:
         if type(n) is not dict:
             raise self._bad(path, "a node must be a JSON object")
+        if depth > _format.MAX_DEPTH:
+            raise ValueError(_format.TOO_DEEP.format(limit=_format.MAX_DEPTH, path=str(path)))
+        self.opts.count_node()
+        d = depth + 1
         k = n.get("k")
         if k == "array":
             return self._array(n, path)
         if k == "const":
             if "v" not in n:
                 raise self._bad(path, "const node without 'v'")
-            return _format.decode_value(n["v"], str(path), self.xp)
+            return self._value(n["v"], path, d)
         if k in ("list", "tuple"):
-            items = [self.node(c, path / self.Index(i)) for i, c in enumerate(self._list(n, "items", path))]
+            items = [self.node(c, path / self.Index(i), d) for i, c in enumerate(self._list(n, "items", path))]
             return tuple(items) if k == "tuple" else items
         if k == "namedtuple":
             fields = self._list(n, "fields", path)
             items = self._list(n, "items", path)
             if len(fields) != len(items) or not all(type(f) is str for f in fields) or len(set(fields)) != len(fields):
                 raise self._bad(path, "namedtuple fields must be distinct strings, one per item")
-            vals = [self.node(c, path / self.Name(f)) for f, c in zip(fields, items, strict=True)]
-            if not self.build:
-                return None
-            cls = _format.resolve_namedtuple(n.get("type"), fields, str(path))
-            return cls._make(vals)
+            vals = [self.node(c, path / self.Name(f), d) for f, c in zip(fields, items, strict=True)]
+            cls = _format.resolve_namedtuple(n.get("type"), fields, path, self.opts)
+            return cls._make(vals) if self.build else None
         if k == "dict":
-            return self._dict(n, path)
+            return self._dict(n, path, d)
         if k == "dataclass":
-            return self._dataclass(n, path)
+            return self._dataclass(n, path, d)
         if k == "node":
-            return self._custom(n, path)
+            return self._custom(n, path, d)
         raise self._bad(path, f"unknown node kind {k!r}")
 
     def _array(self, n: dict[str, Any], path: Any) -> Any:
         p = str(path)
         if n.get("path") != p:
             raise self._bad(path, f"the array claims the path {n.get('path')!r}, which is not where the structure puts it")
-        if self.parse_path(p) != path:
+        if self.parse_path(p) != path.path():
             raise self._bad(path, "the path does not parse back to itself")
         if p in self.arrays:
             raise self._bad(path, "two arrays share this path")
@@ -183,9 +222,9 @@ class _Decoder:
             raise self._bad(path, f"the structure says shape {tuple(shape)} but the tensor has {entry.shape}")
         stored = Stored(dtype, tuple(shape), self.st, p)
         self.arrays[p] = stored
-        return self.convert(stored.host()) if self.build else None
+        return self.convert(stored) if self.build else None
 
-    def _dict(self, n: dict[str, Any], path: Any) -> Any:
+    def _dict(self, n: dict[str, Any], path: Any, d: int) -> Any:
         import collections
 
         tname, factory = n.get("type"), n.get("factory")
@@ -193,12 +232,12 @@ class _Decoder:
             raise self._bad(path, f"unknown dict type {tname!r}")
         out: dict[Any, Any] = {}
         for kv, child in self._pairs(n, "items", path):
-            key = _format.decode_value(kv, str(path), None)
+            key = self._value(kv, path, d)
             hash(key)
             if key in out:
                 raise self._bad(path, f"the dict key {key!r} appears twice")
             tk = self.Name(key) if type(key) is str else self.Key(key)
-            out[key] = self.node(child, path / tk)
+            out[key] = self.node(child, path / tk, d)
         if tname == "OrderedDict":
             return collections.OrderedDict(out)
         if tname == "defaultdict":
@@ -211,15 +250,15 @@ class _Decoder:
             raise self._bad(path, "a plain dict has no factory")
         return out
 
-    def _dataclass(self, n: dict[str, Any], path: Any) -> Any:
+    def _dataclass(self, n: dict[str, Any], path: Any, d: int) -> Any:
         fields = self._pairs(n, "fields", path)
         static = self._pairs(n, "static", path)
         names = self._names(fields + static, path)
-        vals = [self.node(c, path / self.Name(f)) for f, c in fields]
-        svals = [_format.decode_value(v, str(path / self.Name(f)), self.xp) for f, v in static]
+        vals = [self.node(c, path / self.Name(f), d) for f, c in fields]
+        svals = [self._value(v, path / self.Name(f), d) for f, v in static]
         if not self.build:
             return None
-        cls, nt = _format.resolve_type(n.get("type"), "dataclass", str(path))
+        cls, nt = _format.resolve_type(n.get("type"), "dataclass", path, self.opts)
         if list(nt.names) != names[: len(fields)] or list(nt.static) != names[len(fields):]:
             raise FileFormatError(
                 f"the file stores {cls.__qualname__} with fields {names[:len(fields)]} and static "
@@ -231,28 +270,29 @@ class _Decoder:
             object.__setattr__(obj, f, v)
         return obj
 
-    def _custom(self, n: dict[str, Any], path: Any) -> Any:
+    def _custom(self, n: dict[str, Any], path: Any, d: int) -> Any:
         vals, seen = [], set()
         for kj, child in self._pairs(n, "items", path):
-            key = _format.decode_key(kj, str(path))
+            key = _format.decode_key(kj, path)
             if key in seen:
                 raise self._bad(path, f"the key {key!r} appears twice")
             seen.add(key)
-            vals.append(self.node(child, path / key))
+            vals.append(self.node(child, path / key, d))
         if "aux" not in n:
             raise self._bad(path, "register_node object without 'aux'")
-        aux = _format.decode_value(n["aux"], str(path), None)
+        aux = self._value(n["aux"], path, d)
         if not self.build:
             return None
-        _, nt = _format.resolve_type(n.get("type"), "node", str(path))
+        _, nt = _format.resolve_type(n.get("type"), "node", path, self.opts)
         return nt.unflatten(aux, vals)
 
 
 def _read_ember(st: _format.SafetensorsFile) -> Any:
-    """The ember tree JSON of a checked file, or None when it has none."""
+    """The ember tree JSON of a checked file, or None when it has none (decode budget checked first)."""
     text = st.metadata.get(EMBER_KEY)
     if text is None:
         return None
+    _format.check_decode_budget(text, st.size)
     obj = _format.strict_json_loads(text)
     if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
         raise ValueError("__metadata__['ember'] is not an ember.io structure object")
@@ -266,24 +306,24 @@ def _read_ember(st: _format.SafetensorsFile) -> Any:
     return obj["tree"]
 
 
-def _read(path: str, build: bool, convert: Any, xp: Any, need_ember: bool) -> tuple[Any, dict[str, Stored]]:
-    """Phase 1: read + check everything; returns (built tree or None, arrays by path)."""
-    st = _format.read_file(path)
+def _decode(st: _format.SafetensorsFile, root: Any, build: bool, convert: Any, xp: Any, callables: str
+            ) -> tuple[Any, dict[str, Stored]]:
+    """Check ``root`` against the open file ``st``; returns (built tree or None, arrays by path)."""
+    dec = _Decoder(st, build, convert, xp, _format.DecodeOptions(callables))
+    tree = dec.node(root, _LazyPath(None, None))
+    extra = sorted(set(st.entries) - set(dec.arrays))
+    if extra:
+        raise ValueError(f"the file has arrays its structure does not mention: {extra[:10]}")
+    return tree, dec.arrays
+
+
+def _format_errors(path: str, fn: Any) -> Any:
+    """Run ``fn()``; anything a hostile header provokes becomes FileFormatError."""
     try:
-        root = _read_ember(st)
-        if root is None:
-            if need_ember:
-                raise ValueError(NO_EMBER)
-            return None, _plain_arrays(st)
-        dec = _Decoder(st, build, convert, xp)
-        tree = dec.node(root, dec.Path(()))
-        extra = sorted(set(st.entries) - set(dec.arrays))
-        if extra:
-            raise ValueError(f"the file has arrays its structure does not mention: {extra[:10]}")
-        return tree, dec.arrays
+        return fn()
     except (FileFormatError, _Passthrough):
         raise
-    except Exception as exc:  # anything a hostile header provokes is a format error
+    except Exception as exc:
         raise FileFormatError(BAD_EMBER.format(path=path, reason=f"{type(exc).__name__}: {exc}")) from exc
 
 
@@ -407,6 +447,7 @@ def load(
     backend: Any = None,
     on_missing: str = "error",
     on_unexpected: str = "error",
+    allow_callables: bool = False,
 ) -> Any:
     """Load a structure saved by :func:`ember.io.save`.
 
@@ -423,6 +464,12 @@ def load(
     everything it saved; callables and classes come from ``like``. ``on_missing="keep"`` keeps like's leaf for
     paths the file lacks; ``on_unexpected="ignore"`` skips extra file arrays.
 
+    Functions come back by registered name (:func:`ember.io.register_function`);
+    callables stored by import path are imported only with
+    ``allow_callables=True`` (importing runs the module's code: trusted files only).
+    Every loaded array owns its memory (nothing keeps the file mapped), and
+    a header's cost is bounded (size, nesting, node and type counts).
+
     A truncated, corrupted or hostile file raises :class:`ember.FileFormatError`;
     a missing or unreadable one raises OSError.
 
@@ -434,30 +481,46 @@ def load(
     """
     _check_policy(on_missing, on_unexpected)
     fpath = os.fspath(path)
-    if like is not None:
-        _, stored = _read(fpath, build=False, convert=None, xp=None, need_ember=False)
+    with _format.open_file(fpath) as st:  # the file is opened and read once
+        root = _format_errors(fpath, lambda: _read_ember(st))
+        if like is not None:
+            return _load_like(st, root, like, fpath, on_missing, on_unexpected, allow_callables)
+        if root is None:
+            raise FileFormatError(BAD_EMBER.format(path=fpath, reason=NO_EMBER))
+        xp = _namespace(backend)
+
+        def convert(stored: Stored) -> Any:
+            host = stored.host()
+            if xp is None:
+                return host
+            try:
+                return xp.asarray(host)
+            except Exception as exc:
+                raise _Passthrough(exc) from exc
+
+        callables = "import" if allow_callables else "refuse"
+        try:
+            tree, _ = _format_errors(fpath, lambda: _decode(st, root, True, convert, xp, callables))
+        except _Passthrough as p:
+            raise p.exc from None
+        return tree
+
+
+def _load_like(st: _format.SafetensorsFile, root: Any, like: Any, fpath: str, on_missing: str,
+               on_unexpected: str, allow_callables: bool) -> Any:
+    """``load(like=...)`` on an open file: check the structure, take its constants, fill like."""
+    if root is None:
+        stored = _plain_arrays(st)
+    else:
+        _, stored = _format_errors(fpath, lambda: _decode(st, root, False, None, None, "placeholder"))
         try:  # the saved structure with arrays left out, for its constants
-            saved, _ = _read(fpath, build=True, convert=lambda host: None, xp=None, need_ember=True)
-        except FileFormatError:  # no ember header, or a class not registered here
+            callables = "import" if allow_callables else "placeholder"
+            saved, _ = _decode(st, root, True, lambda s: None, None, callables)
+        except Exception:  # a class not registered here: like gives the structure
             saved = _NOTHING
         if saved is not _NOTHING:
             like = _merge_constants(like, saved)
-        return fill_like(stored, like, repr(fpath), on_missing, on_unexpected)
-    xp = _namespace(backend)
-
-    def convert(host: Any) -> Any:
-        if xp is None:
-            return host
-        try:
-            return xp.asarray(host)
-        except Exception as exc:
-            raise _Passthrough(exc) from exc
-
-    try:
-        tree, _ = _read(fpath, build=True, convert=convert, xp=xp, need_ember=True)
-    except _Passthrough as p:
-        raise p.exc from None
-    return tree
+    return fill_like(stored, like, repr(fpath), on_missing, on_unexpected)
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -465,5 +528,5 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
 
     Why: provenance (git hash, config name, epoch) travels with the weights.
     """
-    st = _format.read_file(os.fspath(path))
-    return {k: v for k, v in st.metadata.items() if k != EMBER_KEY}
+    with _format.open_file(os.fspath(path)) as st:
+        return {k: v for k, v in st.metadata.items() if k != EMBER_KEY}

@@ -20,8 +20,10 @@ VALUE (constants, static fields, dict keys, aux data) is plain JSON for None,
 bool, int, str and finite floats, and a tagged object ``{"$": tag, ...}`` for
 everything else that can be stored: ``float`` (nan/inf), ``complex``,
 ``bytes``, ``tuple``, ``list``, ``dict``, ``dtype`` (by name) and ``array``
-(a static array, as hex bytes). Anything else (functions, arbitrary objects)
-cannot be stored, and save says at which path it found one.
+(a static array, as hex bytes), ``function`` (by registered name),
+``callable`` (an import path, opt-in) and ``partial``. Anything else
+cannot be stored unless registered (see :mod:`ember.io._functions`), and save says
+at which path it found one.
 """
 
 from __future__ import annotations
@@ -29,9 +31,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import secrets
+import stat
 import sys
+import time
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; stale temps are then judged by age
+    fcntl = None  # type: ignore[assignment]
 
 from ember._errors import StructureError
 from ember.io import _format
@@ -56,8 +66,6 @@ UNPARSEABLE_PATH = (
 )
 
 
-def _value(v: Any, path: str) -> Any:
-    return _format.encode_value(v, path, to_host)
 
 
 # --- arrays ---------------------------------------------------------------
@@ -119,11 +127,15 @@ _FACTORIES = {"list": list, "dict": dict, "int": int, "float": float, "str": str
 class _Encoder:
     """Walks a structure the way ember.tree does and emits the NODE JSON."""
 
-    def __init__(self) -> None:
+    def __init__(self, allow_callables: bool = False) -> None:
         from ember.tree import Index, Key, Name
 
         self.Index, self.Key, self.Name = Index, Key, Name
+        self.allow_callables = allow_callables
         self.leaves: list[tuple[Any, dict[str, Any], Any]] = []  # (path, node, array)
+
+    def _value(self, v: Any, path: str) -> Any:
+        return _format.encode_value(v, path, to_host, self.allow_callables)
 
     def node(self, x: Any, path: Any) -> dict[str, Any]:
         kind = node_kind(x)
@@ -132,7 +144,7 @@ class _Encoder:
             self.leaves.append((path, node, x))
             return node
         if kind == "const":
-            return {"k": "const", "v": _value(x, str(path))}
+            return {"k": "const", "v": self._value(x, str(path))}
         if kind in ("list", "tuple"):
             return {"k": kind, "items": [self.node(c, path / self.Index(i)) for i, c in enumerate(x)]}
         if kind == "namedtuple":
@@ -166,7 +178,7 @@ class _Encoder:
         items = []
         for k, v in x.items():
             key = self.Name(k) if type(k) is str else self.Key(k)
-            items.append([_value(k, str(path)), self.node(v, path / key)])
+            items.append([self._value(k, str(path)), self.node(v, path / key)])
         return {"k": "dict", "type": tname, "factory": factory, "items": items}
 
     def _dataclass(self, x: Any, path: Any) -> dict[str, Any]:
@@ -177,7 +189,7 @@ class _Encoder:
             v = getattr(x, f.name)
             sub = path / self.Name(f.name)
             if f.name in static_names:
-                static.append([f.name, _value(v, str(sub))])
+                static.append([f.name, self._value(v, str(sub))])
             else:
                 fields.append([f.name, self.node(v, sub)])
         return {"k": "dataclass", "type": type_name(cls), "fields": fields, "static": static}
@@ -185,7 +197,7 @@ class _Encoder:
     def _custom(self, x: Any, path: Any) -> dict[str, Any]:
         children, aux = _format.custom_flatten(x)
         items = [[_format.encode_key(key), self.node(child, path / key)] for key, child in children]
-        return {"k": "node", "type": type_name(type(x)), "aux": _value(aux, str(path)), "items": items}
+        return {"k": "node", "type": type_name(type(x)), "aux": self._value(aux, str(path)), "items": items}
 
 
 def _check_metadata(metadata: Any) -> dict[str, str]:
@@ -199,12 +211,14 @@ def _check_metadata(metadata: Any) -> dict[str, str]:
     return dict(metadata)
 
 
-def build(tree: Any, metadata: dict[str, str] | None) -> tuple[bytes, list[Any]]:
-    """Encode ``tree``: the header bytes and the host arrays in file order."""
+def build(
+    tree: Any, metadata: dict[str, str] | None, allow_callables: bool = False
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Encode ``tree``: the host arrays by tensor name and the safetensors metadata."""
     from ember.tree import Path, parse_path
 
     meta = _check_metadata(metadata)
-    enc = _Encoder()
+    enc = _Encoder(allow_callables)
     root = enc.node(tree, Path(()))
     seen: set[str] = set()
     for path, node, _ in enc.leaves:
@@ -219,26 +233,33 @@ def build(tree: Any, metadata: dict[str, str] | None) -> tuple[bytes, list[Any]]
             raise StructureError(f"ember.io.save: two leaves share the path {p!r}")
         seen.add(p)
     arrays = _compute_dask([x for _, _, x in enc.leaves])
-    rows = []
+    tensors: dict[str, Any] = {}
     for (_, node, _), x in zip(enc.leaves, arrays, strict=True):
         p = node["path"]
         arr, name = to_host(x, p)
         shape = arr.shape[:-1] if name == "complex128" else arr.shape
         node["dtype"], node["shape"] = name, list(shape)
-        code, itemsize = _format.DTYPES[name]
-        rows.append((itemsize, p, code, arr))
-    rows.sort(key=lambda r: (-r[0], r[1]))  # largest items first keeps every tensor aligned
+        tensors[p] = arr
     meta[EMBER_KEY] = json.dumps(
         {"format": FORMAT_NAME, "version": FORMAT_VERSION, "tree": root},
         separators=(",", ":"), ensure_ascii=False, allow_nan=False,
     )
-    header = _format.encode_header([(p, code, tuple(a.shape), a.nbytes) for _, p, code, a in rows], meta)
-    return header, [a for *_, a in rows]
+    return tensors, meta
 
 
 # --- atomic write ---------------------------------------------------------
+#
+# A save writes ``.{name}.tmp-{pid}-{12 hex}`` next to the target, holding an
+# exclusive flock on it from creation until after the rename. A temp file of
+# that pattern that nobody holds locked belongs to a dead save (killed, or a
+# crashed machine): any later save into the same directory removes it. The
+# pid in the name is informational only: it means nothing across PID
+# namespaces (containers) or machines (shared filesystems), the lock does.
 
 TEMP_PREFIX = ".{name}.tmp-"
+TEMP_PATTERN = re.compile(r"\..+\.tmp-[0-9]+-[0-9a-f]{12}")
+#: Without flock (Windows), an unlocked-looking temp file is removed only past this age.
+NO_LOCK_MIN_AGE_S = 3600.0
 
 
 def _temp_path(target: str) -> str:
@@ -246,46 +267,57 @@ def _temp_path(target: str) -> str:
     return os.path.join(d, f"{TEMP_PREFIX.format(name=name)}{os.getpid()}-{secrets.token_hex(6)}")
 
 
-def clean_stale_temps(target: str) -> list[str]:
-    """Remove temp files left by saves to ``target`` whose process has died (e.g. SIGKILL).
+def _try_lock(fd: int) -> bool:
+    """Take an exclusive flock on ``fd`` without waiting; True when taken."""
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
-    A temp file is ``.{name}.tmp-{pid}-{random}`` in the target's directory; it is
-    removed only when no process with that pid is alive. Returns what was removed.
+
+def clean_stale_temps(target: str) -> list[str]:
+    """Remove temp files of dead saves from ``target``'s directory; returns their names.
+
+    A temp file (any target name, ``.{name}.tmp-{pid}-{random}``) is dead when
+    no process holds its lock: every live save holds one on its own temp file
+    for as long as it writes. The lock is taken here before the unlink, so a
+    save starting at that moment waits, sees its file gone, and starts over.
     """
-    d, name = os.path.split(os.path.abspath(target))
-    prefix = TEMP_PREFIX.format(name=name)
-    removed = []
+    d = os.path.dirname(os.path.abspath(target))
+    removed: list[str] = []
     try:
         entries = os.listdir(d)
     except OSError:
         return removed
     for entry in entries:
-        if not entry.startswith(prefix):
+        if not TEMP_PATTERN.fullmatch(entry):
             continue
-        pid_s, _, rand = entry[len(prefix):].partition("-")
-        if not pid_s.isdigit() or not rand:
-            continue
-        pid = int(pid_s)
-        if pid == os.getpid() or _alive(pid):
+        full = os.path.join(d, entry)
+        try:
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
             continue
         try:
-            os.remove(os.path.join(d, entry))
-            removed.append(entry)
-        except OSError:
-            pass
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if fcntl is None and time.time() - st.st_mtime < NO_LOCK_MIN_AGE_S:
+                continue
+            if not _try_lock(fd):
+                continue  # a live save holds it
+            try:
+                if os.stat(full, follow_symlinks=False).st_ino != st.st_ino:
+                    continue
+                os.remove(full)
+                removed.append(entry)
+            except OSError:
+                pass
+        finally:
+            os.close(fd)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    except OSError:
-        return True
-    return True
 
 
 def _fsync_dir(d: str) -> None:
@@ -301,40 +333,75 @@ def _fsync_dir(d: str) -> None:
         os.close(fd)
 
 
-def write_atomic(target: str, header: bytes, datas: list[Any]) -> None:
-    """Write header + arrays to a temp file next to ``target``, fsync, then rename over it.
-
-    A crash at any moment leaves ``target`` either as it was or complete.
-    """
-    tmp = _temp_path(target)
+def _same_file(fd: int, path: str) -> bool:
     try:
-        with open(tmp, "xb") as f:
-            f.write(header)
-            for arr in datas:
-                if arr.nbytes:
-                    f.write(arr.reshape(-1).view("u1").data)
-            f.flush()
-            os.fsync(f.fileno())
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _create_locked_temp(target: str, mode: int | None) -> tuple[str, int]:
+    """Create a fresh temp file next to ``target`` and lock it; retried if a cleaner took it."""
+    for _ in range(100):
+        tmp = _temp_path(target)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits out a cleaner that locked it first
+        if _same_file(fd, tmp):
+            if mode is not None:
+                os.fchmod(fd, mode)
+            return tmp, fd
+        os.close(fd)  # a cleaner removed it between create and lock
+    raise OSError(f"ember.io.save: could not create a temp file next to {target!r}")
+
+
+def write_atomic(target: str, tensors: dict[str, Any], metadata: dict[str, str]) -> None:
+    """Write the file to a locked temp file next to ``target``, fsync, then rename over it.
+
+    A crash at any moment leaves ``target`` either as it was or complete. An
+    existing target keeps its permission bits (a 0600 file stays 0600).
+    """
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = None
+    tmp, fd = _create_locked_temp(target, mode)
+    try:
+        _format.write_tensors(fd, tensors, metadata)
+        os.fsync(fd)
         os.replace(tmp, target)
     except BaseException:
         try:
-            os.remove(tmp)
+            if _same_file(fd, tmp):
+                os.remove(tmp)
         except OSError:
             pass
+        os.close(fd)
         raise
+    os.close(fd)
     _fsync_dir(os.path.dirname(target))
 
 
-def save(path: str | os.PathLike[str], tree: Any, *, metadata: dict[str, str] | None = None) -> None:
+def save(
+    path: str | os.PathLike[str],
+    tree: Any,
+    *,
+    metadata: dict[str, str] | None = None,
+    allow_callables: bool = False,
+) -> None:
     """Save any structure (module, optimizer state, both) to one safetensors file.
 
     Arrays (any backend; Dask arrays are computed in one pass) are stored under
     their ember path; the structure, constants and static fields go as JSON into
     the file's metadata, so ``load(path)`` rebuilds the same structure without
-    pickle. ``metadata`` adds your own string pairs (read them with
+    pickle. Functions are stored by registered name (ember's own activations are
+    registered; add yours with :func:`ember.io.register_function`); with
+    ``allow_callables=True`` other module-level callables are stored by import
+    path. ``metadata`` adds your own string pairs (read them with
     :func:`ember.io.read_metadata`). The write is atomic: a crash leaves the old
-    file or the new one, never a mix; temp files of crashed saves
-    (``.{name}.tmp-{pid}-{random}``) are removed by the next save to that path.
+    file or the new one, never a mix; temp files of dead saves in the same
+    directory are removed by the next save there.
 
     >>> import numpy as np, ember.io, tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "m.safetensors")
@@ -343,6 +410,6 @@ def save(path: str | os.PathLike[str], tree: Any, *, metadata: dict[str, str] | 
     3
     """
     target = os.fspath(path)
-    header, datas = build(tree, metadata)
+    tensors, meta = build(tree, metadata, allow_callables)
     clean_stale_temps(target)
-    write_atomic(target, header, datas)
+    write_atomic(target, tensors, meta)

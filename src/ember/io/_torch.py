@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ember._errors import StructureError
+from ember._errors import FileFormatError, StructureError
 from ember.io import _format
 from ember.io._load import _check_policy, _plain_arrays, fill_like
 
@@ -23,6 +23,12 @@ PATH_CONFLICT = (
     "state dict has no tree form. Pass like= to load it by path"
 )
 BAD_NAME = "ember.io.load_state_dict: state dict keys must be str, got {key!r}"
+BAD_INDEX = (
+    "ember.io.load_state_dict: the tensor name {name!r} has the list position {part!r} of "
+    "{digits} digits, more than any list can have; rename the tensor"
+)
+#: Longest list position (in digits) a tensor name may carry.
+MAX_INDEX_DIGITS = 18
 
 
 def name_to_path(name: str) -> Any:
@@ -35,7 +41,14 @@ def name_to_path(name: str) -> Any:
 
     keys = []
     for part in name.split("."):
-        keys.append(Index(int(part)) if part.isdigit() and part.isascii() else Name(part))
+        if part.isdigit() and part.isascii():
+            if len(part) > MAX_INDEX_DIGITS:  # int() would refuse past 4300 digits anyway
+                short = part if len(part) <= 40 else part[:37] + "..."
+                label = name if len(name) <= 80 else name[:77] + "..."
+                raise FileFormatError(BAD_INDEX.format(name=label, part=short, digits=len(part)))
+            keys.append(Index(int(part)))
+        else:
+            keys.append(Name(part))
     return Path(keys)
 
 
@@ -123,13 +136,13 @@ def load_state_dict(
     """
     _check_policy(on_missing, on_unexpected)
     if isinstance(path_or_dict, Mapping):
-        by_name: dict[str, Any] = _from_mapping(path_or_dict)
-        source = "the state dict"
-    else:
-        fpath = os.fspath(path_or_dict)
-        st = _format.read_file(fpath)
-        by_name = _plain_arrays(st)
-        source = repr(fpath)
+        return _load(_from_mapping(path_or_dict), "the state dict", like, on_missing, on_unexpected)
+    fpath = os.fspath(path_or_dict)
+    with _format.open_file(fpath) as st:
+        return _load(_plain_arrays(st), repr(fpath), like, on_missing, on_unexpected)
+
+
+def _load(by_name: dict[str, Any], source: str, like: Any, on_missing: str, on_unexpected: str) -> Any:
     by_path = {name_to_path(n): (n, s) for n, s in by_name.items()}
     if len(by_path) != len(by_name):
         seen: dict[Any, str] = {}
