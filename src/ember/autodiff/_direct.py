@@ -6,7 +6,7 @@ kernel cost as much as the kernel. ``numpy.sum`` runs two Python functions
 array-api-compat's ``matmul``, ``matrix_transpose`` and ``permute_dims`` are
 Python wrappers around NumPy's own. Each function here calls the kernel
 directly with the standard's signature; values, dtypes and errors are NumPy's
-(``tests/test_direct.py`` compares them with the compat layer's).
+(``tests/autodiff/test_direct.py`` compares them with the compat layer's).
 
 Only for the NumPy backend: other libraries keep their compat functions.
 

@@ -784,7 +784,7 @@ def test_every_owned_rule_is_in_the_table():
         return {getattr(f, "__module__", None) for f in fns}
 
     indirect = {"getitem", "setitem", "index_add", "copy", "_to_device",  # via operators / rules
-                "mask_scatter", "mask_gather"}  # (Dask's x[mask] at unknown sizes: tests/test_dask.py)
+                "mask_scatter", "mask_gather"}  # (Dask's x[mask] at unknown sizes: tests/autodiff/test_dask.py)
     ids = " ".join(p.id for p in CASES)
     mine = [n for n, r in RULES.items() if r.vjp is not None and modules(r) & owned and "." not in n]
     assert len(mine) > 60
