@@ -18,6 +18,7 @@ from ._errors import (
     ReuseError,
     ShapeError,
     StructureError,
+    TracingError,
 )
 from . import autodiff, backend, tree
 from .autodiff import Primitive, Tensor, primitive
@@ -29,6 +30,7 @@ from .func import (
     hvp,
     jacfwd,
     jacrev,
+    jit,
     jvp,
     stop_gradient,
     value_and_grad,
@@ -60,6 +62,8 @@ __all__ = [
     "jacrev",
     "hessian",
     "hvp",
+    "jit",
+    "TracingError",
     "checkpoint",
     "checkpoint_name",
     "compute",
