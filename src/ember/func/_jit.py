@@ -198,18 +198,14 @@ class Jitted:
             return set()
         n = len(args)
         want = {i + n if i < 0 else i for i in self._donate}
-        marks = list(args)
-        for i in range(n):
-            marks[i] = _tree.map(lambda a, i=i: i, args[i]) if i not in self._static else _STATIC
-        flat, _ = _tree.flatten((tuple(marks), {}))
+        static = {i + n if i < 0 else i for i in self._static}
         out = set()
-        j = 0
-        for m in flat:
-            if j >= len(leaves):
-                break
-            if isinstance(m, int) and m in want:
-                out.add(j)
-            j += 1
+        k = 0
+        for i, a in enumerate(args):  # (the leaves of (args, kwargs) are each argument's, in order)
+            m = 0 if i in static else len(_tree.flatten(a)[0])
+            if i in want:
+                out.update(range(k, k + m))
+            k += m
         return out
 
     def _values(self, leaves, args, c: _Compiled) -> list:
