@@ -235,6 +235,6 @@ def _check_not_staged(t, what: str) -> None:
 
 
 def _staged_error(t, what: str):
-    from ._staging import concrete_value_error
+    from ._tracing_errors import concrete_value_error
 
     return concrete_value_error(t, what)
