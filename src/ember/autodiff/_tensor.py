@@ -10,6 +10,8 @@ op. Operators and methods are installed by the namespace factory.
 
 from __future__ import annotations
 
+import os
+import sys
 from operator import attrgetter
 
 from .._errors import BackendError, NotDifferentiableError
@@ -58,8 +60,9 @@ class Tensor:
         """The backend array under all trace levels (no gradient flows through it)."""
         x = self
         while x._node is not None:
-            if x._node.trace.stages and x._node.trace.active:  # ember.jit is staging: not known yet
-                raise _staged_error(self, "x.raw")
+            if x._node.trace.stages and x._node.trace.active and not _internal(sys._getframe(1)):
+                raise _staged_error(self, "x.raw")  # ember.jit is staging: the value is unknown
+                # (ember's own code reads shapes through .raw: allowed)
             x = x._value
         return x._value
 
@@ -238,3 +241,11 @@ def _staged_error(t, what: str):
     from ._tracing_errors import concrete_value_error
 
     return concrete_value_error(t, what)
+
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _internal(frame) -> bool:
+    """Whether ``frame`` runs ember's own code."""
+    return os.path.abspath(frame.f_code.co_filename).startswith(_PKG)
