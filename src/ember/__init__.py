@@ -18,6 +18,8 @@ from ._errors import (
     ReuseError,
     ShapeError,
     StructureError,
+    TracingError,
+    RetraceWarning,
 )
 from . import autodiff, backend, tree
 from .autodiff import Primitive, Tensor, primitive
@@ -29,6 +31,7 @@ from .func import (
     hvp,
     jacfwd,
     jacrev,
+    jit,
     jvp,
     stop_gradient,
     value_and_grad,
@@ -60,6 +63,9 @@ __all__ = [
     "jacrev",
     "hessian",
     "hvp",
+    "jit",
+    "TracingError",
+    "RetraceWarning",
     "checkpoint",
     "checkpoint_name",
     "compute",

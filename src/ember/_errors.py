@@ -20,6 +20,7 @@ __all__ = [
     "ConsumedError",
     "ReuseError",
     "FileFormatError",
+    "TracingError",
 ]
 
 
@@ -70,3 +71,13 @@ class ReuseError(EmberError, RuntimeError):
 
 class FileFormatError(EmberError, ValueError):
     """A file that is truncated, corrupted, hostile or does not match."""
+
+
+class TracingError(EmberError, TypeError):
+    """A function staged by ``ember.jit`` needs a value only known when it runs (``if x > 0``,
+    ``float(x)``) or computes outside the staged graph."""
+
+
+class RetraceWarning(UserWarning):
+    """``ember.jit`` keeps tracing a function again because Python numbers in its arguments
+    change from call to call (each value is part of the signature)."""

@@ -262,7 +262,12 @@ class _Dispatcher:
                 t = a._node.trace
                 if top is None or t.level > top.level:
                     top = t
-        rule = RULES.get(name) if top is not None else None
+        if top is not None:
+            rule = RULES.get(name)
+            if (rule is None or top.stages) and active_traces[0].stages:  # jit: the stager records it
+                return _stage_op(self, top, name, impl, norm, params)
+        else:
+            rule = None
         claims = self._claims
         if claims:  # consume() markers: maybe write into a consumed buffer
             self._claims = []
@@ -358,7 +363,7 @@ class _Dispatcher:
                 parents.append(None)
             else:
                 return _GENERAL
-        if top is None:
+        if top is None or top.stages:  # (staging: the general path's stager records it)
             return _GENERAL
         rule = RULES.get(name)
         if rule is not None and rule.nout != 1:
@@ -489,7 +494,7 @@ class _Dispatcher:
                 ans._node = None
                 rule = rule_of(name)
                 if rule is None:
-                    return ans
+                    return ans if not top.stages else call(name, raw, (x,), {})
                 node = Node()  # make_node, inlined: this is the hottest path
                 node.rule = rule
                 node.params = _NOPARAMS
@@ -586,7 +591,7 @@ class _Dispatcher:
                 top = n1.trace
             rule = rule_of(name)
             if rule is None:
-                return ans
+                return ans if not top.stages else call(name, raw, (x1, x2), {})
             sv = top.saver
             s = rule.saves if sv is None else None
             kept = ans
@@ -859,21 +864,37 @@ class _Dispatcher:
                 setattr(T, f"__{opname}__", (lambda f: lambda self: f(self))(f))
         T.__hash__ = None
 
+        self_d = self
         raw_get = self.fixes.get("_getitem")  # a backend's indexing gaps filled (dask)
         getitem_impl = raw_get or _getitem_raw
         strip = self.strip
 
+        def untracked_get(self, k):
+            try:
+                v = self._value[k] if raw_get is None else raw_get(self._value, k)
+            except Exception as e:
+                raise op_error("__getitem__", e, (self,)) from e
+            r = make(v if v.__class__ is A else coerce(v), None)
+            if active_traces and basic_key(k):  # a view a transform's write must reach
+                note_view(self, r, k)
+            return r
+
         def __getitem__(self, key, /):
             if self._node is None:
-                k = strip(key) if _has_tensor(key) else key
-                try:
-                    v = self._value[k] if raw_get is None else raw_get(self._value, k)
-                except Exception as e:
-                    raise op_error("__getitem__", e, (self,)) from e
-                r = make(v if v.__class__ is A else coerce(v), None)
-                if active_traces and basic_key(k):  # a view a transform's write must reach
-                    note_view(self, r, k)
-                return r
+                if _has_tensor(key):
+                    if not (active_traces and active_traces[0].stages):
+                        return untracked_get(self, strip(key))
+                    # jit: a constant indexed by a staged key, recorded by the stager
+                    return _stage_op(self_d, None, "getitem", getitem_impl, (self,), {"key": _key_params(key, strip)})
+                else:
+                    try:
+                        v = self._value[key] if raw_get is None else raw_get(self._value, key)
+                    except Exception as e:
+                        raise op_error("__getitem__", e, (self,)) from e
+                    r = make(v if v.__class__ is A else coerce(v), None)
+                    if active_traces and basic_key(key):  # a view a transform's write must reach
+                        note_view(self, r, key)
+                    return r
             k = _key_params(key, strip)
             r = call("getitem", getitem_impl, (self,), {"key": k})
             if basic_key(k):
@@ -1010,3 +1031,10 @@ def _key_params(key, strip):
 
 def _getitem_raw(x, key):
     return x[key]
+
+
+def _stage_op(d, top, name, impl, norm, params):
+    """An op met while ``ember.jit`` stages a function (``active_traces[0]`` is its staging
+    trace): the stager records it, whatever its trace level, rule or result dtype."""
+    d._claims = []  # (buffers are planned by jit, not claimed at staging)
+    return active_traces[0].stage(d, top, name, impl, norm, params)

@@ -10,6 +10,8 @@ op. Operators and methods are installed by the namespace factory.
 
 from __future__ import annotations
 
+import os
+import sys
 from operator import attrgetter
 
 from .._errors import BackendError, NotDifferentiableError
@@ -56,7 +58,13 @@ class Tensor:
     @property
     def raw(self):
         """The backend array under all trace levels (no gradient flows through it)."""
-        return raw_value(self)
+        x = self
+        while x._node is not None:
+            if x._node.trace.stages and x._node.trace.active and not _internal(sys._getframe(1)):
+                raise _staged_error(self, "x.raw")  # ember.jit is staging: the value is unknown
+                # (ember's own code reads shapes through .raw: allowed)
+            x = x._value
+        return x._value
 
     # the backend array's dtype, read through every trace level (each level's ``_value`` is a
     # Tensor one level down, whose own dtype is this property again): C-level, no Python frame
@@ -106,6 +114,8 @@ class Tensor:
     # ----- conversion to Python scalars / NumPy ---------------------------
     def _scalar(self, kind):
         node = self._node
+        if node is not None:
+            _check_not_staged(self, f"{kind}()")
         if node is not None and node.trace.active and type(self)._ns.isdtype(
             self.dtype, ("real floating", "complex floating")
         ):  # (bool, integer: no gradient to cut, so `if xp.any(x > 0)` keeps working)
@@ -156,6 +166,8 @@ class Tensor:
 
     def __array__(self, dtype=None, copy=None):
         node = self._node
+        if node is not None:
+            _check_not_staged(self, "conversion to a NumPy array")
         if node is not None and node.trace.active:  # (as JAX and PyTorch refuse it)
             raise NotDifferentiableError(TRACED_TO_NUMPY.format(level=node.trace.level))
         v = raw_value(self)
@@ -213,3 +225,27 @@ def mixing_error(op: str, a, ns) -> BackendError:
         f"{other!r}; move one with ember.to_backend(x, {ns._backend_name!r}) or "
         f"convert it with xp.asarray"
     )
+
+
+def _check_not_staged(t, what: str) -> None:
+    """Raise :class:`ember.TracingError` when ``t`` is staged by an active ``ember.jit``."""
+    x = t
+    while x._node is not None:
+        tr = x._node.trace
+        if tr.stages and tr.active:
+            raise _staged_error(t, what)
+        x = x._value
+
+
+def _staged_error(t, what: str):
+    from ._tracing_errors import concrete_value_error
+
+    return concrete_value_error(t, what)
+
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _internal(frame) -> bool:
+    """Whether ``frame`` runs ember's own code."""
+    return os.path.abspath(frame.f_code.co_filename).startswith(_PKG)

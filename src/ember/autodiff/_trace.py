@@ -121,6 +121,9 @@ class Trace:
     """One level of differentiation: a tape of nodes in recording order."""
 
     __slots__ = ("level", "nodes", "active", "checkpointing", "saver", "remat", "__weakref__")
+    #: whether this trace stages ops for ``ember.jit`` (``_staging.StagingTrace``): the
+    #: dispatcher hands it every op, with or without a rule
+    stages = False
 
     def __init__(self, checkpointing: str = "none"):
         self.level = active_traces[-1].level + 1 if active_traces else 1

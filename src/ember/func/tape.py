@@ -9,5 +9,11 @@ their tape nodes, so an optimizer can write into their buffers.
 from ._transforms import _check_options as check_options
 from ._transforms import _gradients as gradients
 from ._transforms import forward_backward, leaf_gradient
+from ..autodiff._trace import active_traces as _active
 
-__all__ = ["forward_backward", "gradients", "leaf_gradient", "check_options"]
+
+def under_transform() -> bool:
+    """Whether an outer transform (or ``ember.jit`` staging) records what runs now."""
+    return bool(_active)
+
+__all__ = ["forward_backward", "gradients", "leaf_gradient", "check_options", "under_transform"]

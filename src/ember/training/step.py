@@ -22,6 +22,7 @@ from ..autodiff.ownership import writes_in_place as _backend_writes
 from ..func.tape import check_options as _check_options
 from ..func.tape import forward_backward, leaf_gradient
 from ..func.tape import gradients as _gradients
+from ..func.tape import under_transform as _under_transform
 from ..optim import Optimizer, PathOptimizer, State
 from ..optim.lazy import bound
 
@@ -67,7 +68,8 @@ def train_step(
         value, aux, per_arg, _ = forward_backward(
             op, loss_fn, (0,), has_aux, checkpointing, (params, *args), kwargs
         )
-        if not fused:  # any other optimizer: the gradients as value_and_grad gives them
+        if not fused or _under_transform():  # any other optimizer, or an outer transform (jit,
+            # grad of a step) that records the update: the gradients as value_and_grad gives them
             params, state = optimizer.update(params, _gradients(per_arg, "zeros")[0], state)
             return ((value, aux) if has_aux else value), params, state
         treedef, leaves, tracked = per_arg[0]

@@ -1,0 +1,215 @@
+"""Staging for ``ember.jit``: the outermost trace, whose interpreter records every op.
+
+A :class:`StagingTrace` is opened below every other trace while ``jit`` runs
+the user's function once on its inputs. Two hooks feed it:
+
+- ``saver(node, impl)`` (the hook every recorded node calls, as forward
+  mode's interpreter does): the elementwise fast paths record their node and
+  hand it here;
+- ``stage(d, top, name, impl, args, params)``: the dispatcher's general path
+  hands it every op whose top trace is this one, or that has no rule (a
+  comparison, an integer op) under any trace, since such ops carry no
+  gradient but their values still depend on the inputs.
+
+Both append an :class:`Op` (the backend callable, its arguments with graph
+values as :class:`Ref`, its parameters, its output slots) to a :class:`Graph`.
+Values run concretely while staging, so shapes and dtypes are known; a value
+is found again by the identity of its backend array, which also catches a
+staged array that comes back through a constant Tensor (``stop_gradient``).
+"""
+
+from __future__ import annotations
+
+from ._op_errors import op_error
+from ._tensor import Tensor
+from ._trace import LeafNode, Trace
+
+__all__ = ["Ref", "Op", "Graph", "StagingTrace"]
+
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
+class Ref:
+    """A graph value inside an op's arguments or parameters: slot ``slot``."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: int):
+        self.slot = slot
+
+    def __repr__(self):
+        return f"v{self.slot}"
+
+
+class Op:
+    """One backend call of a staged graph.
+
+    ``args``: positional arguments (a :class:`Ref`, a constant, or a tuple/list
+    holding them); ``params``: keywords (``dynamic`` when any holds a Ref);
+    ``outs``: output slots (``multi``: the call returns a sequence, unpacked
+    into ``outs``; None marks an element that is not an array).
+    """
+
+    __slots__ = ("name", "fn", "args", "params", "outs", "multi", "dynamic", "out_into")
+
+    def __init__(self, name, fn, args, params, outs, multi=False, dynamic=False):
+        self.name = name
+        self.fn = fn
+        self.args = args
+        self.params = params
+        self.outs = outs
+        self.multi = multi
+        self.dynamic = dynamic
+        self.out_into = None  # buffer planning: the slot whose buffer receives the result
+
+    def refs(self):
+        """The slots this op reads (arguments and dynamic parameters)."""
+        out: list = []
+        _collect(self.args, out)
+        if self.dynamic:
+            _collect(self.params, out)
+        return out
+
+
+def _collect(t, out: list) -> None:
+    c = t.__class__
+    if c is Ref:
+        out.append(t.slot)
+    elif c is tuple or c is list:
+        for a in t:
+            _collect(a, out)
+    elif c is dict:
+        for a in t.values():
+            _collect(a, out)
+    elif c is slice:
+        _collect((t.start, t.stop, t.step), out)
+
+
+class Graph:
+    """A staged function: inputs, ops in order, outputs; per slot its staging value."""
+
+    def __init__(self):
+        self.ops: list[Op] = []
+        self.values: list = []  # slot -> the backend array it held while staging
+        self.disp: list = []  # slot -> the dispatcher of its namespace
+        self.inputs: list[int] = []
+        self.outputs: list = []  # Ref or constant
+
+    def new_slot(self, v, d) -> int:
+        self.values.append(v)
+        self.disp.append(d)
+        return len(self.values) - 1
+
+
+class StagingTrace(Trace):
+    """The outermost trace of ``ember.jit``: every op on staged values lands in ``graph``."""
+
+    stages = True
+
+    def __init__(self):
+        super().__init__()
+        self.graph = Graph()
+        self.ids: dict = {}  # id(backend array) -> slot (the arrays stay alive in graph.values)
+        self.saver = self._saver
+
+    # ---------------------------------------------------------------- values
+    def add_input(self, v, d, mod) -> Tensor:
+        """A staged Tensor over backend array ``v`` (an input of the graph)."""
+        slot = self.graph.new_slot(v, d)
+        self.graph.inputs.append(slot)
+        self.ids[id(v)] = slot
+        return d.make(d.make(v, None), LeafNode(self, mod))
+
+    def _out(self, v, d) -> Ref:
+        slot = self.graph.new_slot(v, d)
+        self.ids[id(v)] = slot
+        return slot
+
+    def lift(self, a):
+        """``a`` as an op argument: Tensors and backend arrays staged here become Refs,
+        others stay constants (backend arrays); tuples and lists are walked."""
+        c = a.__class__
+        if c in _SCALARS:
+            return a
+        if isinstance(a, Tensor):
+            while a._node is not None:
+                a = a._value
+            a = a._value
+        if c is tuple or c is list:
+            return c(self.lift(x) for x in a)
+        if c is dict:
+            return {k: self.lift(x) for k, x in a.items()}
+        if c is slice:
+            parts = (self.lift(a.start), self.lift(a.stop), self.lift(a.step))
+            return slice(*parts) if any(p.__class__ is Ref for p in parts) else a
+        slot = self.ids.get(id(a))
+        if slot is not None and self.graph.values[slot] is a:
+            return Ref(slot)
+        return a
+
+    # ---------------------------------------------------------------- hooks
+    def _saver(self, node, impl) -> None:
+        """A node recorded by a fast path (one output, no params)."""
+        self.nodes.clear()  # no tape is kept at this level
+        ans = node.ans
+        v = ans._value
+        d = node.ns._dispatch
+        args = tuple([self.lift(a) for a in node.args])
+        slot = self._out(v, d)
+        self.graph.ops.append(Op(node.rule.name, impl, args, node.params or {}, (slot,)))
+        node.args = node.ans = node.params = None
+
+    def stage(self, d, top, name, impl, norm, params):
+        """Run op ``name`` on the backend values of ``norm`` and record it (see the module doc)."""
+        args = tuple([self.lift(a) for a in norm])
+        lparams = self.lift(params) if params else {}
+        refs: list = []
+        _collect(args, refs)
+        pref: list = []
+        _collect(lparams, pref)
+        raw = [_raw(a) for a in norm]
+        try:
+            out = impl(*raw, **params)
+        except Exception as e:
+            raise op_error(name, e, raw) from e
+        if not refs and not pref:  # constants only: folded now, never recorded
+            return d.wrap_out(out)
+        mod = d.module
+        A = d.A
+        if out.__class__ is A or _is_array(out):
+            if out.__class__ is not A:
+                out = d.coerce(out)
+            slot = self._out(out, d)
+            self.graph.ops.append(Op(name, impl, args, lparams, (slot,), dynamic=bool(pref)))
+            return d.make(d.make(out, None), LeafNode(self, mod))
+        if isinstance(out, (tuple, list)):
+            slots, items = [], []
+            for o in out:
+                if o.__class__ is A or _is_array(o):
+                    if o.__class__ is not A:
+                        o = d.coerce(o)
+                    slots.append(self._out(o, d))
+                    items.append(d.make(d.make(o, None), LeafNode(self, mod)))
+                else:
+                    slots.append(None)
+                    items.append(o)
+            self.graph.ops.append(Op(name, impl, args, lparams, tuple(slots), multi=True, dynamic=bool(pref)))
+            if hasattr(out, "_fields"):
+                return type(out)(*items)
+            return type(out)(items) if isinstance(out, list) else tuple(items)
+        return out  # not an array (a Python value computed from shapes)
+
+
+def _raw(a):
+    if isinstance(a, Tensor):
+        while a._node is not None:
+            a = a._value
+        return a._value
+    c = a.__class__
+    if c is tuple or c is list:
+        return c(_raw(x) for x in a)
+    return a
+
+
+def _is_array(v) -> bool:
+    return hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, Tensor)

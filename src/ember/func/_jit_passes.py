@@ -1,0 +1,228 @@
+"""Passes over a staged graph (``ember.autodiff._staging.Graph``), in the order jit runs them.
+
+- :func:`fold_constants`: an op none of whose inputs is a graph value becomes
+  the constant it computed while staging;
+- :func:`eliminate_common`: two calls of one function on the same inputs and
+  parameters become one (backend functions are pure);
+- :func:`eliminate_dead`: ops no output depends on are dropped;
+- :func:`plan_buffers`: an elementwise op whose input dies at that op writes
+  its result into that input's buffer (``out=``), where the backend's
+  capabilities say its ufuncs take ``out=`` and write in place. What ``consume``
+  decides at run time from reference counts is decided here from liveness.
+"""
+
+from __future__ import annotations
+
+from .. import backend as _backend
+from ..autodiff._ownership import _ufunc
+from ..autodiff._staging import Graph, Op, Ref, _collect
+
+__all__ = ["fold_constants", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes"]
+
+#: ops whose result is a new buffer (never a view of an input) besides the ufuncs
+_FRESH = frozenset("""
+    matmul tensordot vecdot sum prod mean max min var std cumulative_sum cumulative_prod
+    concat stack where argmax argmin linalg.matmul linalg.tensordot linalg.vecdot
+    zeros_like ones_like full_like copy
+""".split())
+
+
+def _subst(t, m: dict):
+    """Template ``t`` with Refs renamed by ``m`` (slot -> Ref or constant)."""
+    c = t.__class__
+    if c is Ref:
+        return m.get(t.slot, t)
+    if c is tuple or c is list:
+        return c(_subst(a, m) for a in t)
+    if c is dict:
+        return {k: _subst(a, m) for k, a in t.items()}
+    if c is slice:
+        return slice(_subst(t.start, m), _subst(t.stop, m), _subst(t.step, m))
+    return t
+
+
+def _has_ref(t) -> bool:
+    out: list = []
+    _collect(t, out)
+    return bool(out)
+
+
+def fold_constants(g: Graph) -> None:
+    """Ops on constants only become their staging values (after renaming, some are)."""
+    m: dict = {}
+    ops = []
+    for op in g.ops:
+        if m:
+            op.args = _subst(op.args, m)
+            if op.dynamic:
+                op.params = _subst(op.params, m)
+        if not _has_ref(op.args) and not (op.dynamic and _has_ref(op.params)):
+            for s in op.outs:
+                if s is not None:
+                    m[s] = g.values[s]
+            continue
+        op.dynamic = op.dynamic and _has_ref(op.params)
+        ops.append(op)
+    g.ops = ops
+    g.outputs = [_subst(o, m) for o in g.outputs]
+
+
+def _key(t):
+    """A hashable key for template ``t`` (constants by identity unless scalars)."""
+    c = t.__class__
+    if c is Ref:
+        return ("r", t.slot)
+    if c in (bool, int, float, complex, str) or t is None:
+        return (c, t)
+    if c is tuple or c is list:
+        return (c, tuple(_key(a) for a in t))
+    if c is dict:
+        return ("d", tuple((k, _key(a)) for k, a in t.items()))
+    if c is slice:
+        return ("s", _key(t.start), _key(t.stop), _key(t.step))
+    try:
+        hash(t)
+        return ("h", c, t)
+    except TypeError:
+        return ("i", id(t))
+
+
+def eliminate_common(g: Graph) -> None:
+    """One op per (function, inputs, parameters)."""
+    seen: dict = {}
+    m: dict = {}
+    ops = []
+    for op in g.ops:
+        if m:
+            op.args = _subst(op.args, m)
+            if op.dynamic:
+                op.params = _subst(op.params, m)
+        try:
+            k = (id(op.fn), op.name, _key(op.args), _key(op.params))
+            hash(k)
+        except TypeError:
+            ops.append(op)
+            continue
+        prev = seen.get(k)
+        if prev is not None and len(prev.outs) == len(op.outs):
+            for a, b in zip(op.outs, prev.outs):
+                if a is not None:
+                    m[a] = Ref(b)
+            continue
+        seen[k] = op
+        ops.append(op)
+    g.ops = ops
+    g.outputs = [_subst(o, m) for o in g.outputs]
+
+
+def eliminate_dead(g: Graph) -> None:
+    """Drop the ops whose results no output needs."""
+    live = set()
+    _collect(g.outputs, out := [])
+    live.update(out)
+    ops = []
+    for op in reversed(g.ops):
+        if any(s is not None and s in live for s in op.outs):
+            ops.append(op)
+            live.update(op.refs())
+    ops.reverse()
+    g.ops = ops
+
+
+def _writes_out(d) -> bool:
+    caps = _backend.capabilities(d.xp)
+    return caps.out_param and caps.in_place and not caps.lazy
+
+
+def _ufunc_of(op: Op, d):
+    """The backend ufunc ``op`` calls (its own function, or the one its fix wraps), or None."""
+    u = _ufunc(d, op.name)
+    if not u or op.multi or op.params:
+        return None
+    fn = op.fn
+    if fn is u or getattr(fn, "plain", None) is u:
+        return u
+    return None
+
+
+def plan_buffers(g: Graph, donated: set) -> None:
+    """Set ``op.out_into`` where an elementwise op may write into a dying input's buffer.
+
+    A slot's buffer may be written when the slot is a fresh result (a ufunc's,
+    a matmul's or a reduction's: never a view) or a donated input, no other
+    live value may alias it (views made from it are alive no longer than it),
+    it is not an output, and it has the result's shape and dtype.
+    """
+    if not g.ops:
+        return
+    n = len(g.values)
+    ufuncs = {}
+    fresh = [False] * n
+    for s in donated:
+        fresh[s] = True
+    # roots[s]: the fresh buffers slot s may alias (itself when fresh)
+    roots: list = [None] * n
+    for s in g.inputs:
+        roots[s] = (s,)
+    for i, op in enumerate(g.ops):
+        d = g.disp[op.outs[0]] if op.outs and op.outs[0] is not None else None
+        u = _ufunc_of(op, d) if d is not None and _writes_out(d) else None
+        ufuncs[i] = u
+        is_fresh = (u is not None or op.name in _FRESH) and not op.multi
+        for s in op.outs:
+            if s is None:
+                continue
+            if is_fresh:
+                fresh[s] = True
+                roots[s] = (s,)
+            else:
+                rs = set()
+                for r in op.refs():
+                    rs.update(roots[r] or ())
+                roots[s] = tuple(rs)
+    # last use of each buffer: the last op reading any slot that may alias it
+    INF = len(g.ops) + 1
+    last = [-1] * n
+    for i, op in enumerate(g.ops):
+        for r in op.refs():
+            for b in roots[r] or ():
+                last[b] = i
+    outs: list = []
+    _collect(g.outputs, outs)
+    for r in outs:
+        for b in roots[r] or ():
+            last[b] = INF
+    taken = set()
+    for i, op in enumerate(g.ops):
+        u = ufuncs[i]
+        if u is None:
+            continue
+        o = op.outs[0]
+        ov = g.values[o]
+        args = op.args
+        if len(args) != getattr(u, "nin", -1):
+            continue
+        for a in args:
+            if a.__class__ is not Ref:
+                continue
+            s = a.slot
+            if not fresh[s] or roots[s] != (s,) or last[s] != i or s in taken:
+                continue
+            v = g.values[s]
+            if v.shape != ov.shape or v.dtype != ov.dtype or len(v.shape) == 0:
+                continue
+            if op.fn is not u:  # a fix for some dtypes around the ufunc: not this one's
+                if ov.dtype in getattr(op.fn, "dtypes", ()):
+                    break
+                op.fn = u
+            op.out_into = s  # (o owns that buffer from here; its own liveness decides its reuse)
+            taken.add(s)
+            break
+
+
+def run_passes(g: Graph, donated: set) -> None:
+    """All passes, in order."""
+    fold_constants(g)
+    eliminate_common(g)
+    eliminate_dead(g)
+    plan_buffers(g, donated)

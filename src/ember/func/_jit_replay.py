@@ -1,0 +1,148 @@
+"""Replay of a staged graph: Python source generated once per graph, then compiled.
+
+Each op becomes one line ``v5 = f3(v1, c0, axis=c2)`` on backend arrays (no
+Tensor wrappers, no tape), a planned one ``v6 = f4(v5, v2, out=v5)``; a value
+is deleted right after its last use so its buffer goes back to the allocator
+at once. Constants and callables are bound as globals of the generated
+function, so every name is a fast local or global load.
+"""
+
+from __future__ import annotations
+
+from ..autodiff._staging import Graph, Ref, _collect
+
+__all__ = ["compile_graph", "describe"]
+
+
+class _Names:
+    def __init__(self):
+        self.env: dict = {}
+        self.ids: dict = {}
+
+    def const(self, v, prefix="c") -> str:
+        if v is None or v.__class__ in (bool, int, str):
+            return repr(v)
+        if v.__class__ is float and v == v and v not in (float("inf"), float("-inf")):
+            return repr(v)
+        k = id(v)
+        name = self.ids.get(k)
+        if name is None:
+            name = self.ids[k] = f"{prefix}{len(self.ids)}"
+            self.env[name] = v
+        return name
+
+
+def _expr(t, names: _Names) -> str:
+    c = t.__class__
+    if c is Ref:
+        return f"v{t.slot}"
+    if c is tuple:
+        inner = ", ".join(_expr(a, names) for a in t)
+        return f"({inner},)" if t else "()"
+    if c is list:
+        return "[" + ", ".join(_expr(a, names) for a in t) + "]"
+    if c is dict:
+        return "{" + ", ".join(f"{names.const(k)}: {_expr(a, names)}" for k, a in t.items()) + "}"
+    if c is slice:
+        return f"slice({_expr(t.start, names)}, {_expr(t.stop, names)}, {_expr(t.step, names)})"
+    return names.const(t)
+
+
+def _needs_coerce(g: Graph, s) -> bool:
+    """A 0-d result: NumPy's ufuncs return a scalar there, which the wrapper makes an array."""
+    if s is None:
+        return False
+    v = g.values[s]
+    return len(v.shape) == 0
+
+
+def source(g: Graph, names: _Names) -> str:
+    """The replay function's source: ``_replay(v0, v1, ...) -> tuple of outputs``."""
+    params = ", ".join(f"v{s}" for s in g.inputs)
+    lines = [f"def _replay({params}):"]
+    # last use of each slot (outputs are never deleted)
+    last: dict = {}
+    for i, op in enumerate(g.ops):
+        for r in op.refs():
+            last[r] = i
+    outs: list = []
+    _collect(g.outputs, outs)
+    keep = set(outs)
+    for s in g.inputs:
+        if s not in last and s not in keep:
+            last[s] = -1
+    dead_before = {}
+    for s, i in last.items():
+        if s not in keep:
+            dead_before.setdefault(i, []).append(s)
+    if -1 in dead_before:
+        lines.append("    del " + ", ".join(f"v{s}" for s in dead_before[-1]))
+    for i, op in enumerate(g.ops):
+        f = names.const(op.fn, "f")
+        args = ", ".join(_expr(a, names) for a in op.args)
+        kw = ", ".join(f"{k}={_expr(v, names)}" for k, v in op.params.items())
+        if op.out_into is not None:
+            kw = (kw + ", " if kw else "") + f"out=v{op.out_into}"
+        call = f"{f}({args}{', ' if args and kw else ''}{kw})"
+        if op.multi:
+            targets = ", ".join("_" if s is None else f"v{s}" for s in op.outs)
+            lines.append(f"    {targets}, = {call}" if len(op.outs) == 1 else f"    {targets} = {call}")
+            for s in op.outs:
+                if _needs_coerce(g, s):
+                    lines.append(f"    v{s} = {names.const(g.disp[s].coerce, 'f')}(v{s})")
+        else:
+            s = op.outs[0]
+            if _needs_coerce(g, s):
+                call = f"{names.const(g.disp[s].coerce, 'f')}({call})"
+            lines.append(f"    v{s} = {call}")
+        dead = [s for s in dead_before.get(i, ()) if s not in op.outs]
+        if dead:
+            lines.append("    del " + ", ".join(f"v{s}" for s in dead))
+    ret = ", ".join(_expr(o, names) for o in g.outputs)
+    lines.append(f"    return ({ret},)" if g.outputs else "    return ()")
+    return "\n".join(lines) + "\n"
+
+
+def compile_graph(g: Graph, name: str = "jit"):
+    """The replay function of ``g`` (and its source)."""
+    names = _Names()
+    src = source(g, names)
+    env = dict(names.env)
+    code = compile(src, f"<ember.jit {name}>", "exec")
+    exec(code, env)
+    return env["_replay"], src
+
+
+def _spec(v) -> str:
+    dt = str(v.dtype).replace("float", "f").replace("int", "i").replace("complex", "c")
+    return f"{dt}[{','.join(str(n) for n in v.shape)}]"
+
+
+def describe(g: Graph, name: str, passes: str = "") -> str:
+    """A readable listing of the graph: one op a line with the result's dtype and shape."""
+    def arg(t):
+        c = t.__class__
+        if c is Ref:
+            return f"v{t.slot}"
+        if c is tuple:
+            return "(" + ", ".join(arg(a) for a in t) + ("," if len(t) == 1 else "") + ")"
+        if c is list:
+            return "[" + ", ".join(arg(a) for a in t) + "]"
+        if c is dict:
+            return "{" + ", ".join(f"{k!r}: {arg(a)}" for k, a in t.items()) + "}"
+        if hasattr(t, "shape") and hasattr(t, "dtype"):
+            return f"const {_spec(t)}"
+        return repr(t)
+
+    ins = ", ".join(f"v{s}: {_spec(g.values[s])}" for s in g.inputs)
+    lines = [f"jit({name})({ins}) {{"]
+    for op in g.ops:
+        outs = ", ".join("_" if s is None else f"v{s}: {_spec(g.values[s])}" for s in op.outs)
+        a = [arg(x) for x in op.args] + [f"{k}={arg(v)}" for k, v in op.params.items()]
+        into = f"  [in place of v{op.out_into}]" if op.out_into is not None else ""
+        lines.append(f"  {outs} = {op.name}({', '.join(a)}){into}")
+    lines.append(f"  return {', '.join(arg(o) for o in g.outputs)}")
+    lines.append("}")
+    if passes:
+        lines.append(passes)
+    return "\n".join(lines)

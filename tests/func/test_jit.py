@@ -1,0 +1,303 @@
+"""ember.jit: results equal eager ones (bitwise where the same kernels run), retracing,
+static arguments, donation, the control-flow error and lower()."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import ember
+import ember.autodiff as ad
+
+BACKENDS = ["numpy", "array_api_strict"]
+SETTINGS = dict(deadline=None, max_examples=15, suppress_health_check=list(HealthCheck))
+floats = st.floats(-3, 3, allow_nan=False, width=64)
+
+
+def ns(lib):
+    return ad.namespace(lib)
+
+
+def raw(x):
+    return np.asarray(x.raw) if isinstance(x, ember.Tensor) else np.asarray(x)
+
+
+def same(a, b, tol=0.0):
+    la, lb = ember.tree.leaves(a), ember.tree.leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        if tol == 0.0:
+            np.testing.assert_array_equal(raw(x), raw(y))
+        else:
+            np.testing.assert_allclose(raw(x), raw(y), rtol=tol, atol=tol)
+
+
+def arrays(shape):
+    return hnp.arrays(np.float64, shape, elements=floats)
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+@settings(**SETTINGS)
+@given(a=arrays((3, 4)), b=arrays((4,)))
+def test_elementwise_chain_is_bitwise_eager(lib, a, b):
+    xp = ns(lib)
+
+    def f(x, y):
+        z = xp.sin(x) * y + 2.0
+        z = xp.tanh(z) - xp.exp(-xp.abs(z)) / (1.0 + z * z)
+        return xp.where(z > 0, z, 0.5 * z) ** 2
+
+    x, y = xp.asarray(a), xp.asarray(b)
+    same(ember.jit(f)(x, y), f(x, y))
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+@settings(**SETTINGS)
+@given(a=arrays((5, 3)), b=arrays((3, 2)))
+def test_reductions_matmul_and_indexing(lib, a, b):
+    xp = ns(lib)
+
+    def f(x, w):
+        y = x @ w
+        return (xp.sum(y, axis=0), xp.mean(y), xp.max(x, axis=1, keepdims=True), y[1:, 0], x[..., ::-1],
+                xp.reshape(y, (-1,)), xp.argmax(y, axis=0))
+
+    x, w = xp.asarray(a), xp.asarray(b)
+    same(ember.jit(f)(x, w), f(x, w))
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+@settings(**SETTINGS)
+@given(a=arrays((4, 3)), idx=hnp.arrays(np.int64, (5,), elements=st.integers(0, 3)))
+def test_integer_array_index_is_an_input(lib, a, idx):
+    xp = ns(lib)
+
+    def f(x, i):
+        return xp.take(x, i, axis=0) * 2.0, x[:, 0][i]
+
+    x, i = xp.asarray(a), xp.asarray(idx)
+    jf = ember.jit(f)
+    same(jf(x, i), f(x, i))
+    i2 = xp.asarray(idx[::-1].copy())
+    same(jf(x, i2), f(x, i2))  # the index is not baked into the graph
+    assert jf.trace_count == 1
+
+
+def _loss(xp):
+    def loss(p, x):
+        h = xp.tanh(x @ p["w"] + p["b"])
+        return xp.sum(h * h) / 7.0 + xp.sum(xp.maximum(x, 0.1))
+    return loss
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+@settings(**SETTINGS)
+@given(w=arrays((3, 2)), b=arrays((2,)), x=arrays((4, 3)))
+def test_transforms_inside_jit(lib, w, b, x):
+    xp = ns(lib)
+    loss = _loss(xp)
+    p = {"w": xp.asarray(w), "b": xp.asarray(b), "name": "layer"}
+    xt = xp.asarray(x)
+    same(ember.jit(ember.value_and_grad(loss))(p, xt), ember.value_and_grad(loss)(p, xt), 1e-12)
+    same(ember.jit(ember.grad(loss, argnums=1))(p, xt), ember.grad(loss, argnums=1)(p, xt), 1e-12)
+
+    def pulled(p, x):
+        out, pull = ember.vjp(lambda x: xp.sin(x @ p["w"]), x)
+        return out, pull(xp.ones_like(out))
+
+    same(ember.jit(pulled)(p, xt), pulled(p, xt), 1e-12)
+
+    def tangent(x):
+        return ember.jvp(lambda x: xp.sum(xp.exp(x) * x, axis=1), (x,), (xp.ones_like(x),))
+
+    same(ember.jit(tangent)(xt), tangent(xt), 1e-12)
+    hess = lambda x: ember.grad(ember.grad(lambda x: xp.sum(xp.sin(x) ** 3)))(x[0, 0])  # noqa: E731
+    same(ember.jit(hess)(xt), hess(xt), 1e-12)
+
+
+def test_raw_numpy_inputs_give_raw_outputs():
+    f = ember.jit(lambda x: x * 2.0 + 1.0)
+    out = f(np.arange(3.0))
+    assert isinstance(out, np.ndarray) and out.tolist() == [1.0, 3.0, 5.0]
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_mlp_train_step_with_optimizer(lib):
+    xp = ns(lib)
+    nn = ember.nn
+    model = nn.MLP.init(ember.random.key(0), 6, [8, 8], 3, xp=xp)
+    rng = np.random.default_rng(0)
+    x = xp.asarray(rng.standard_normal((5, 6)))
+    y = xp.asarray(np.eye(3)[rng.integers(0, 3, 5)])
+
+    def loss(m, x, y):
+        return nn.cross_entropy(m(x), y)
+
+    for opt in (ember.optim.SGD(0.1), ember.optim.SGD(0.1, momentum=0.9), ember.optim.Adam(1e-2)):
+        step = ember.training.train_step(loss, opt)
+        jstep = ember.jit(step)
+        m1 = m2 = model
+        s1 = s2 = opt.init(model)
+        for _ in range(3):
+            l1, m1, s1 = step(m1, s1, x, y)
+            l2, m2, s2 = jstep(m2, s2, x, y)
+            same((l1, m1, s1), (l2, m2, s2), 1e-12)
+
+
+def test_static_argnums_and_retracing():
+    xp = ns("numpy")
+    calls = []
+
+    def f(x, n, mode):
+        calls.append(1)
+        y = x
+        for _ in range(n):
+            y = xp.sin(y)
+        return y * 2.0 if mode == "double" else y
+
+    jf = ember.jit(f, static_argnums=(1, 2))
+    x = xp.asarray([0.5, 1.0])
+    same(jf(x, 3, "double"), f(x, 3, "double"))
+    jf(x, 3, "double")
+    assert jf.trace_count == 1
+    same(jf(x, 2, "double"), f(x, 2, "double"))
+    assert jf.trace_count == 2
+    jf(xp.asarray([0.5, 1.0, 2.0]), 2, "double")  # shape change
+    assert jf.trace_count == 3
+    jf(xp.asarray([0.5, 1.0], dtype=xp.float32), 2, "double")  # dtype change
+    assert jf.trace_count == 4
+    jf(x, 2, "double")
+    assert jf.trace_count == 4
+    with pytest.raises(TypeError, match="not hashable"):
+        jf(x, [2], "double")
+
+
+def test_python_scalars_in_arguments_are_static():
+    xp = ns("numpy")
+    jf = ember.jit(lambda p: p["x"] * p["scale"])
+    x = xp.asarray([1.0, 2.0])
+    assert raw(jf({"x": x, "scale": 2.0})).tolist() == [2.0, 4.0]
+    assert raw(jf({"x": x, "scale": 3.0})).tolist() == [3.0, 6.0]
+    assert jf.trace_count == 2
+
+
+def test_donate_consumes_the_input_and_reuses_its_buffer():
+    xp = ns("numpy")
+    f = ember.jit(lambda x, y: xp.exp(x * 2.0) + y, donate=0)
+    x = xp.asarray(np.linspace(0, 1, 1000))
+    buf = x.raw
+    y = xp.asarray(np.ones(1000))
+    expect = np.exp(np.linspace(0, 1, 1000) * 2.0) + 1.0
+    del buf  # (held, the buffer would be shared: jit copies instead of writing)
+    out = f(x, y)
+    np.testing.assert_array_equal(raw(out), expect)
+    with pytest.raises(ember.ConsumedError):
+        x + 1.0
+    assert "in place of v0" in str(f.lower(xp.asarray(np.zeros(1000)), y))
+    # a donated buffer someone else holds is copied, never written
+    x2 = xp.asarray(np.linspace(0, 1, 1000))
+    keep = x2.share()
+    f(x2, y)
+    np.testing.assert_array_equal(raw(keep), np.linspace(0, 1, 1000))
+    # y is not donated: untouched and alive
+    np.testing.assert_array_equal(raw(y), np.ones(1000))
+
+
+def test_buffer_planning_never_writes_inputs_or_live_values():
+    xp = ns("numpy")
+
+    def f(x):
+        a = xp.exp(x)
+        b = a * 2.0
+        v = xp.reshape(a, (-1,))  # a view of a: a's buffer stays live while v is
+        c = b + 1.0
+        return c, v, x
+
+    x = xp.asarray(np.arange(6.0).reshape(2, 3))
+    same(ember.jit(f)(x), f(x))
+    np.testing.assert_array_equal(raw(x), np.arange(6.0).reshape(2, 3))
+
+
+def test_data_dependent_control_flow_names_the_line_and_the_fix():
+    xp = ns("numpy")
+
+    def f(x):
+        if xp.sum(x) > 0:  # the line the error names
+            return x
+        return -x
+
+    with pytest.raises(ember.TracingError, match=r"test_jit\.py:\d+ \(`if xp\.sum\(x\) > 0:.*static_argnums"):
+        ember.jit(f)(xp.asarray([1.0]))
+    for conv in (float, int, bool):
+        with pytest.raises(ember.TracingError, match=conv.__name__):
+            ember.jit(lambda x: conv(x[0]))(xp.asarray([1.0]))
+    with pytest.raises(ember.TracingError):
+        ember.jit(lambda x: np.sin(x))(xp.asarray([1.0]))
+    with pytest.raises(ember.TracingError, match="x.raw"):
+        ember.jit(lambda x: x.raw)(xp.asarray([1.0]))
+
+
+def test_stop_gradient_and_constants_inside_jit():
+    xp = ns("numpy")
+    c = xp.asarray([10.0, 20.0])
+
+    def f(x):
+        s = ember.stop_gradient(x)  # still the input, not a constant
+        return x * s + c
+
+    jf = ember.jit(f)
+    x = xp.asarray([1.0, 2.0])
+    same(jf(x), f(x))
+    x2 = xp.asarray([3.0, 4.0])
+    same(jf(x2), f(x2))
+
+
+def test_passes_cse_dce_and_lower():
+    xp = ns("numpy")
+
+    def f(x):
+        a = xp.sin(x)
+        b = xp.sin(x)  # the same op: one
+        xp.cos(x)  # dead: dropped
+        return a + b
+
+    jf = ember.jit(f)
+    x = xp.asarray([1.0, 2.0])
+    low = jf.lower(x)
+    text = str(low)
+    assert text.count("sin(") == 1 and "cos" not in text
+    assert "jit(f)(v0: f64[2])" in text and "return" in text
+    assert "def _replay" in low.source
+    same(jf(x), f(x))
+    assert jf.trace_count == 1
+
+
+def test_jit_under_a_transform_is_inlined():
+    xp = ns("numpy")
+    jf = ember.jit(lambda x: xp.sum(xp.sin(x) ** 2))
+    x = xp.asarray([0.3, 0.7])
+    same(ember.grad(jf)(x), ember.grad(lambda x: xp.sum(xp.sin(x) ** 2))(x))
+    nested = ember.jit(lambda x: jf(x) * 2.0)
+    same(nested(x), jf(x) * 2.0)
+
+
+def test_changing_python_numbers_retrace_warns_and_the_cache_stays_bounded(monkeypatch):
+    # each Python number is part of the signature: a loop feeding a new one every call traces
+    # every call, which jit says (once) instead of silently running slower than eager
+    import ember.func._jit as jit_mod
+
+    monkeypatch.setattr(jit_mod, "CACHE_SIZE", 5)
+    import ember.autodiff.numpy as xp
+
+    f = ember.jit(lambda x, n: x * n)
+    x = xp.asarray([1.0, 2.0])
+    with pytest.warns(ember.RetraceWarning, match="Python numbers in its arguments changed") as rec:
+        outs = [f(x, float(n)) for n in range(8)]
+    assert len(rec) == 1 and rec[0].filename == __file__  # once, at the caller's line
+    assert [o.raw.tolist() for o in outs] == [[n, 2.0 * n] for n in range(8)]  # each value right
+    assert f.trace_count == 8 and len(f._cache) == 5  # the oldest signatures dropped
+    f(x, 7.0)
+    assert f.trace_count == 8  # the latest ones still cached
