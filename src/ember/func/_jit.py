@@ -18,6 +18,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from .. import tree as _tree
+from .._compute import persist
 from .._errors import RetraceWarning
 from ..autodiff import Tensor, namespace
 from ..autodiff._ownership import Dead, Owned, as_operand, check_alive, consume, reuse_reason
@@ -59,7 +60,7 @@ def _argnums(v, what) -> tuple:
 
 
 def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
-        donate: int | Sequence[int] = ()) -> Any:
+        donate: int | Sequence[int] = (), persist: bool = True) -> Any:
     """Compile ``f``: trace it once per input signature, then replay its backend calls.
 
     ``static_argnums``: positions of arguments that are part of the signature
@@ -68,6 +69,9 @@ def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     ``donate``: positions of arguments whose ember Tensors the call consumes
     (as :func:`ember.consume`): their buffers may hold results, and using them
     afterwards raises :class:`ember.ConsumedError`.
+    ``persist``: on a lazy backend (Dask) each call persists its results (one
+    ``ember.persist``), so a jitted training step builds one graph per call and
+    the parameters' graphs never grow from step to step; ``False`` keeps them lazy.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> f = ember.jit(lambda x: xp.sum(xp.sin(x) ** 2))
@@ -77,8 +81,8 @@ def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     1
     """
     if f is None:
-        return lambda g: jit(g, static_argnums=static_argnums, donate=donate)
-    return Jitted(f, _argnums(static_argnums, "static_argnums"), _argnums(donate, "donate"))
+        return lambda g: jit(g, static_argnums=static_argnums, donate=donate, persist=persist)
+    return Jitted(f, _argnums(static_argnums, "static_argnums"), _argnums(donate, "donate"), persist)
 
 
 class _Static:
@@ -93,10 +97,12 @@ _STATIC = _Static()
 class _Compiled:
     """One signature's graph and replay function, and how to rebuild the outputs."""
 
-    __slots__ = ("graph", "fn", "src", "out_def", "out_kinds", "out_disp", "donated", "name")
+    __slots__ = ("graph", "fn", "src", "out_def", "out_kinds", "out_disp", "donated", "name", "persist")
 
     def run(self, vals):
         outs = self.fn(*vals)
+        if self.persist:  # lazy backend: this call's graph, computed and kept (one persist)
+            outs = persist(tuple(outs))
         res = []
         for v, kind, d in zip(outs, self.out_kinds, self.out_disp):
             if kind == 1:  # a Tensor
@@ -136,8 +142,9 @@ class Lowered:
 class Jitted:
     """A jit-compiled function (see :func:`jit`); ``trace_count`` counts the traces so far."""
 
-    def __init__(self, f: Callable, static_argnums: tuple, donate: tuple):
+    def __init__(self, f: Callable, static_argnums: tuple, donate: tuple, persist: bool = True):
         self._f = f
+        self._persist = persist
         self._static = static_argnums
         self._donate = donate
         self._cache: dict = {}
@@ -335,6 +342,7 @@ class Jitted:
         c.out_disp = disp
         c.donated = donated_leaves
         c.name = self._name
+        c.persist = self._persist and any(d is not None and d.caps.lazy for d in disp)
         # free the staging values no longer needed (the graph keeps shapes via `values`: keep
         # only small specs of the slots that are not constants)
         g.values = [_Spec(v) for v in g.values]
