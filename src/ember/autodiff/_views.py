@@ -142,11 +142,14 @@ def check_writable(t, op) -> None:
     while entry is not None and entry[0]() is t:
         _, base, _, inverse = entry
         if inverse is None:
-            raise ValueError(
-                f"{op}: the array written (shape {tuple(t.shape)}, {t.dtype}) is a read-only "
-                f"view made by broadcast_to from an array of shape {tuple(base.shape)}; NumPy "
-                f"refuses the write (assignment destination is read-only) outside transforms too. Fix: write into a copy "
-                f"(xp.asarray(view, copy=True)) or into the array that was broadcast")
+            from .._errors import ReadOnlyError
+            from ._error_causes import READ_ONLY
+
+            raise ReadOnlyError(READ_ONLY.format(
+                op=op, shape=tuple(t.shape), dtype=t.dtype,
+                how=f" (a view made by broadcast_to from an array of shape {tuple(base.shape)}, "
+                    "as NumPy's broadcast views are outside transforms too)",
+                other=", or into the array that was broadcast"))
         t = base
         entry = _base_of.get(id(t))
 
