@@ -223,3 +223,28 @@ def test_a_write_into_an_empty_array_writes_nothing(backend):
     with pytest.raises(ValueError):  # a value that does not broadcast still fails
         y = x * 1.0
         y[...] = to(xp, np.zeros((3,)))
+
+
+@pytest.mark.parametrize("prog", PROGRAMS, ids=[p.__name__ for p in PROGRAMS])
+def test_jvp_and_hessian_see_the_writes_too(prog):
+    """Forward mode and second order follow the same recorded updates."""
+    xp = ns("numpy")
+    x0 = np.random.default_rng(3).standard_normal((2, 3))
+    v = np.random.default_rng(4).standard_normal((2, 3))
+
+    def f(x):
+        return prog(xp, x)
+
+    def eager(a):
+        return float(as_numpy(f(to(xp, a))))
+
+    out, tan = ember.jvp(f, (to(xp, x0),), (to(xp, v),))
+    assert float(as_numpy(out)) == pytest.approx(eager(x0), rel=1e-12, abs=1e-12)
+    assert float(as_numpy(tan)) == pytest.approx((eager(x0 + 1e-6 * v) - eager(x0 - 1e-6 * v)) / 2e-6,
+                                                 rel=1e-5, abs=1e-6)
+    hv = as_numpy(ember.hvp(f, (to(xp, x0),), (to(xp, v),))[0])
+
+    def g(a):
+        return as_numpy(ember.grad(f)(to(xp, a)))
+
+    np.testing.assert_allclose(hv, (g(x0 + 1e-5 * v) - g(x0 - 1e-5 * v)) / 2e-5, rtol=1e-4, atol=1e-4)
