@@ -34,7 +34,7 @@ from ._rules import RULES, SELECT
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
-from ._views import VIEW_FUNCTIONS, basic_key, check_writable, note_function_view, note_view, written
+from ._views import VIEW_FUNCTIONS, basic_key, before_write, note_function_view, note_view, written
 
 __all__ = ["namespace"]
 
@@ -844,7 +844,7 @@ class _Dispatcher:
                         _check_inplace(f"__i{_OP_OF[fname]}__", old, v)
                     self._value = v
                     return self
-                check_writable(self, f"__i{_OP_OF[fname]}__")
+                before_write(self, f"__i{_OP_OF[fname]}__")
                 new = getattr(mod, fname)(self, other)
                 _check_inplace(f"__i{_OP_OF[fname]}__", self, new)
                 self._value, self._node = new._value, new._node
@@ -913,7 +913,7 @@ class _Dispatcher:
                     # integer-array keys the backend refuses (array-api-strict): NumPy's result
                     self._value = scatter_last(xp, self._value, value, k)
                 return
-            check_writable(self, "__setitem__")
+            before_write(self, "__setitem__")
             new = mod._setitem(self, value, key=k)
             _check_inplace("__setitem__", self, new)
             self._value, self._node = new._value, new._node

@@ -28,7 +28,10 @@ The views are NumPy's:
   raises, as NumPy's read-only broadcast views do.
 
 Backends whose arrays do not alias (Dask) keep eager semantics there too:
-their views never see writes.
+their views never see writes. Nor does memory borrowed from the caller
+(``xp.asarray(numpy_array)`` without a copy): eagerly a write copies such a
+buffer first, which cuts the written array off from its views
+(:func:`before_write` does the same here).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import weakref
 
 from ._trace import active_traces
 
-__all__ = ["note_view", "note_function_view", "written", "check_writable", "basic_key", "VIEW_FUNCTIONS"]
+__all__ = ["note_view", "note_function_view", "written", "before_write", "check_writable", "basic_key", "VIEW_FUNCTIONS"]
 
 # id(view) -> (weakref to the view, its base Tensor (kept alive, as a NumPy view keeps its
 # base), forward: base -> view, inverse: (base, view) -> base or None when read-only);
@@ -134,6 +137,33 @@ def note_function_view(name, f, args, kwargs, view) -> None:
     else:  # broadcast_to: read-only
         inverse = None
     _record(base, view, forward, inverse)
+
+
+def before_write(t, op) -> None:
+    """Run before a transform's in-place ``op`` rebinds ``t``: refuse a read-only view, and
+    cut ``t`` out of its views when its memory is borrowed from the caller. Eagerly such a
+    write copies the buffer first (``_ownership.guard_write``: the caller's array never
+    changes), so neither the array ``t`` views nor the views of ``t`` see it; nor do they here."""
+    if not _base_of:
+        return
+    tid = id(t)
+    if tid not in _base_of and tid not in _views_of:
+        return
+    check_writable(t, op)
+    from ._ownership import is_borrowed
+    from ._tensor import raw_value
+
+    if not is_borrowed(raw_value(t)):
+        return
+    entry = _base_of.pop(tid, None)
+    if entry is not None:
+        kids = _views_of.get(id(entry[1]))
+        if kids is not None:
+            kids.pop(tid, None)
+            if not kids:
+                del _views_of[id(entry[1])]
+    for vid in _views_of.pop(tid, {}):  # its views keep viewing the caller's memory
+        _base_of.pop(vid, None)
 
 
 def check_writable(t, op) -> None:
