@@ -12,6 +12,7 @@ __all__ = [
     "ShapeError",
     "AxisError",
     "OutOfRangeError",
+    "ReadOnlyError",
     "DTypeError",
     "BackendError",
     "BackendNotInstalledError",
@@ -39,6 +40,11 @@ class AxisError(ShapeError, IndexError):
 
 class OutOfRangeError(EmberError, OverflowError):
     """A Python scalar that does not fit the dtype of the array it meets (``int64 + 2**70``)."""
+
+
+class ReadOnlyError(EmberError, ValueError):
+    """A write into read-only memory, such as a view made by ``broadcast_to``: a ``ValueError``,
+    as NumPy's ``assignment destination is read-only`` is; nothing was written."""
 
 
 class DTypeError(EmberError, TypeError):

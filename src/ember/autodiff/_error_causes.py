@@ -17,6 +17,7 @@ axis out of range   ``xp.sum(x, axis=5)`` for a 2-d x      AxisError (ValueError
                                                            IndexError)
 int out of range    ``int64 array + 2**70``                OutOfRangeError
                                                            (OverflowError)
+read-only target    a write into ``broadcast_to(y, s)``    ReadOnlyError (ValueError)
 ==================  =====================================  ==========================
 """
 
@@ -24,10 +25,10 @@ from __future__ import annotations
 
 import re
 
-from .._errors import AxisError, OutOfRangeError, ShapeError
+from .._errors import AxisError, OutOfRangeError, ReadOnlyError, ShapeError
 
 __all__ = ["known_cause", "NEGATIVE_SIZE", "EMPTY_REDUCTION", "EMPTY_NORMALIZATION",
-           "AXIS_OUT_OF_RANGE", "INT_OUT_OF_RANGE"]
+           "AXIS_OUT_OF_RANGE", "INT_OUT_OF_RANGE", "READ_ONLY"]
 
 NEGATIVE_SIZE = (
     "{op}: a shape cannot have a negative size (got {sizes}). Fix: pass sizes >= 0 "
@@ -52,6 +53,11 @@ INT_OUT_OF_RANGE = (
     "{op}: the Python int {value} does not fit the dtype {dtype} of the array it meets "
     "(shape {shape}){bounds}. Fix: use a value within the dtype's range (xp.iinfo(dtype)), "
     "or cast the array to a wider dtype first, e.g. xp.astype(x, xp.float64)"
+)
+
+READ_ONLY = (
+    "{op}: the array written (shape {shape}, {dtype}) is read-only{how}, so nothing was "
+    "written. Fix: write into a copy (xp.asarray(x, copy=True)){other}"
 )
 
 _NEGATIVE = ("negative dimension", "must be non-negative", "negative size", "negative shape")
@@ -82,7 +88,7 @@ def _ints(args):
 
 def _shown(op: str) -> str:
     """The op's name as a user called it (ember's fused nn ops are ``_softmax`` etc.)."""
-    return f"nn.{op[1:]}" if op.startswith("_") else op
+    return f"nn.{op[1:]}" if op.startswith("_") and not op.startswith("__") else op
 
 
 def _negative(op, exc, args):
@@ -146,6 +152,12 @@ def known_cause(op: str, exc: Exception, args):
         type(exc).__name__ == "AxisError" or _AXIS.search(msg) or _TORCH_DIM.search(msg)
     ):
         return _axis(op, exc, args)
+    if isinstance(exc, ValueError) and "read-only" in low:
+        a = (_arrays(args) or [None])[0]
+        return ReadOnlyError(READ_ONLY.format(
+            op=_shown(op), shape=tuple(a.shape) if a is not None else "?",
+            dtype=getattr(a, "dtype", "?"), how=" (a view made by broadcast_to, or memory "
+            "the array does not own)", other=", or into the array it was made from"))
     if isinstance(exc, (ValueError, RuntimeError)):
         if any(w in low for w in _NEGATIVE):
             return _negative(op, exc, args)

@@ -14,6 +14,7 @@ the inputs, calls the op one level down and records a node.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import operator
 import sys
@@ -33,7 +34,7 @@ from ._rules import RULES, SELECT
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
-from ._views import basic_key, note_view, written
+from ._views import VIEW_FUNCTIONS, basic_key, before_write, note_function_view, note_view, written
 
 __all__ = ["namespace"]
 
@@ -728,6 +729,10 @@ class _Dispatcher:
         for name, f in special.items():  # private helpers used by rules (_setitem ...)
             if name.startswith("_"):
                 setattr(mod, name, f)
+        for name in VIEW_FUNCTIONS:  # NumPy's views: a transform's write must reach them (_views)
+            f = getattr(mod, name, None)
+            if f is not None:
+                setattr(mod, name, _viewing(name, f))
 
     def _build_constants(self):
         mod, xp = self.module, self.xp
@@ -831,6 +836,8 @@ class _Dispatcher:
                     else:
                         b = other
                     old = self._value
+                    if not aliases:  # as in __setitem__: no other handle sees the write
+                        old = copy.copy(old)
                     bd = getattr(b, "dtype", None)
                     if bd is not None and bd != old.dtype:  # as traced: never a silent cast
                         _check_promotion(f"__i{_OP_OF[fname]}__", xp, old, bd)
@@ -842,6 +849,7 @@ class _Dispatcher:
                         _check_inplace(f"__i{_OP_OF[fname]}__", old, v)
                     self._value = v
                     return self
+                before_write(self, f"__i{_OP_OF[fname]}__")
                 new = getattr(mod, fname)(self, other)
                 _check_inplace(f"__i{_OP_OF[fname]}__", self, new)
                 self._value, self._node = new._value, new._node
@@ -865,6 +873,7 @@ class _Dispatcher:
         T.__hash__ = None
 
         self_d = self
+        aliases = bool(self.caps.in_place)  # whether eager views see writes (not Dask's)
         raw_get = self.fixes.get("_getitem")  # a backend's indexing gaps filled (dask)
         getitem_impl = raw_get or _getitem_raw
         strip = self.strip
@@ -911,15 +920,21 @@ class _Dispatcher:
                 try:
                     if isinstance(value, Tensor):
                         value = raw_value(as_operand(value, "__setitem__"))
+                    if not aliases:  # (Dask) another handle may hold this very object (a
+                        # reshape to the same shape returns it): write into a handle of our own
+                        self._value = copy.copy(self._value)
                     self._value[k] = value
                 except Exception as e:
-                    from ._rules.indexing import _advanced, scatter_last
+                    from ._rules.indexing import _advanced, empty_write, scatter_last
 
+                    if isinstance(e, ValueError) and empty_write(self._value, value, k):
+                        return  # an empty array (Dask refuses the write): nothing to write
                     if not (isinstance(e, IndexError) and _advanced(k)):
                         raise op_error("__setitem__", e, (self,)) from e
                     # integer-array keys the backend refuses (array-api-strict): NumPy's result
                     self._value = scatter_last(xp, self._value, value, k)
                 return
+            before_write(self, "__setitem__")
             new = mod._setitem(self, value, key=k)
             _check_inplace("__setitem__", self, new)
             self._value, self._node = new._value, new._node
@@ -930,6 +945,22 @@ class _Dispatcher:
 
 
 _OP_OF = {v: k for k, v in api.BINARY_OPERATORS.items()}
+
+
+def _viewing(name, f):
+    """``f`` (a namespace function whose result NumPy makes a view) noting its views while
+    a transform records, so that in-place writes reach them as they do eagerly (_views)."""
+
+    def g(*args, **kwargs):
+        r = f(*args, **kwargs)
+        if active_traces:
+            note_function_view(name, f, args, kwargs, r)
+        return r
+
+    for a in ("__name__", "__qualname__", "__module__", "__doc__", "__signature__"):
+        if hasattr(f, a):
+            setattr(g, a, getattr(f, a))
+    return g
 
 
 #: two-array functions without parameters that take the elementwise binary fast path

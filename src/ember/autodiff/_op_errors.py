@@ -37,7 +37,8 @@ def op_error(op: str, exc: Exception, args) -> Exception:
     dtypes = ", ".join(str(a.dtype) for a in arrays)
     msg = str(exc)
     if isinstance(exc, ValueError) and any(
-        w in msg.lower() for w in ("broadcast", "shape", "dimension", "mismatch", "size", "axis")
+        w in msg.lower() for w in ("broadcast", "shape", "dimension", "mismatch", "size", "axis",
+                                  "ndim")
     ):
         fix = SHAPE_FIXES.get(op.rsplit(".", 1)[-1], SHAPE_FIXES["*"])
         return ShapeError(f"{op}: input shapes {shapes} do not fit ({msg}). Fix: {fix}")
@@ -65,6 +66,16 @@ SHAPE_FIXES = {
     "concat": "all inputs must have the same shape except along the concatenation axis",
     "stack": "all inputs must have exactly the same shape",
     "broadcast_to": "each dimension of the input must equal the target's or be 1",
+    "permute_dims": "axes must name each axis of the input exactly once (a permutation of "
+                    "range(x.ndim); negative axes count from the end)",
+    "matrix_transpose": "the input needs at least 2 dimensions (use expand_dims for a vector)",
+    "squeeze": "only axes of size 1 can be removed; check the axis argument against x.shape",
+    "asarray": "nested sequences must be rectangular: every list at one depth must have the "
+               "same length (pad the short rows, or make one array per row)",
+    "setitem": "the value must broadcast to the shape of x[key] (equal, or 1, in each trailing "
+               "dimension)",
+    "__setitem__": "the value must broadcast to the shape of x[key] (equal, or 1, in each "
+                   "trailing dimension)",
 }
 
 

@@ -7,16 +7,31 @@ operator is a functional update that rebinds the written Tensor to a new
 value (the tape keeps the old one), so without help ``v`` would keep the old
 value and ``value_and_grad(f)`` would compute another value than ``f``.
 
-This module keeps, for the tensors basic indexing makes while a transform
-records, which base each view came from and with which key. After an
-in-place write rebinds a tensor, :func:`written` carries the new value up
-to its base (a functional ``setitem`` per level) and down again to every
-other live view (a functional ``getitem``), so every handle holds what it
-would hold eagerly, and gradients follow those recorded updates.
+This module keeps, for the views made while a transform records, which base
+each view came from and how: a *forward* map (base -> view) and, for views a
+write may go through, an *inverse* (base, new view -> new base). After an
+in-place write rebinds a tensor, :func:`written` carries the new value up to
+its base (the inverse, level by level) and down again to every other live
+view (the forward map), so every handle holds what it would hold eagerly,
+and gradients follow those recorded updates.
 
-Only basic keys (ints, slices, ellipsis, None) make views; integer-array
-and boolean-mask indexing copy, as in NumPy. Backends whose arrays do not
-alias (Dask) keep eager semantics there too: their views never see writes.
+The views are NumPy's:
+
+- basic indexing (ints, slices, ellipsis, None); integer-array and
+  boolean-mask indexing copy;
+- ``permute_dims`` (and ``.T``), ``matrix_transpose`` (and ``.mT``),
+  ``expand_dims``, ``squeeze`` and ``flip``;
+- ``reshape`` when the backend made it a view (the layout allowed one,
+  ``copy`` was not True: ``ember.backend.may_share_memory`` of the two
+  backend arrays; an unknown answer counts as a view);
+- ``broadcast_to``, which sees writes to its base; a write through it
+  raises, as NumPy's read-only broadcast views do.
+
+Backends whose arrays do not alias (Dask) keep eager semantics there too:
+their views never see writes. Nor does memory borrowed from the caller
+(``xp.asarray(numpy_array)`` without a copy): eagerly a write copies such a
+buffer first, which cuts the written array off from its views
+(:func:`before_write` does the same here).
 """
 
 from __future__ import annotations
@@ -25,13 +40,18 @@ import weakref
 
 from ._trace import active_traces
 
-__all__ = ["note_view", "written", "basic_key"]
+__all__ = ["note_view", "note_function_view", "written", "before_write", "check_writable", "basic_key", "VIEW_FUNCTIONS"]
 
 # id(view) -> (weakref to the view, its base Tensor (kept alive, as a NumPy view keeps its
-# base), key); id(base) -> {id(view): weakref to the view}
+# base), forward: base -> view, inverse: (base, view) -> base or None when read-only);
+# id(base) -> {id(view): weakref to the view}
 _base_of: dict = {}
 _views_of: dict = {}
-_quiet = [False]  # True while written() rebinds views (their getitems are no new views)
+_quiet = [False]  # True while written() rebinds views (their recomputations are no new views)
+
+#: the namespace functions whose result is a view of their first argument (NumPy's)
+VIEW_FUNCTIONS = ("reshape", "permute_dims", "matrix_transpose", "expand_dims", "squeeze",
+                  "flip", "broadcast_to")
 
 
 def basic_key(key) -> bool:
@@ -54,10 +74,7 @@ def _aliases(t) -> bool:
     return a
 
 
-def note_view(base, view, key) -> None:
-    """Record that ``view`` is ``base[key]`` made while a transform records (basic ``key``)."""
-    if _quiet[0] or not active_traces or not _aliases(base):
-        return
+def _record(base, view, forward, inverse) -> None:
     vid, bid = id(view), id(base)
 
     def gone(_ref, vid=vid, bid=bid):
@@ -69,8 +86,102 @@ def note_view(base, view, key) -> None:
                 del _views_of[bid]
 
     ref = weakref.ref(view, gone)
-    _base_of[vid] = (ref, base, key)
+    _base_of[vid] = (ref, base, forward, inverse)
     _views_of.setdefault(bid, {})[vid] = ref
+
+
+def note_view(base, view, key) -> None:
+    """Record that ``view`` is ``base[key]`` made while a transform records (basic ``key``)."""
+    if _quiet[0] or not active_traces or not _aliases(base):
+        return
+    _record(base, view, lambda b: b[key], lambda b, v: type(b)._ns._setitem(b, v, key=key))
+
+
+def note_function_view(name, f, args, kwargs, view) -> None:
+    """Record that ``view = f(*args, **kwargs)`` (namespace function ``name``) views ``args[0]``."""
+    if _quiet[0] or not active_traces or not args:
+        return
+    base = args[0]
+    T = getattr(type(base), "_ns", None)
+    T = getattr(T, "_Tensor", None)
+    if T is None or base.__class__ is not T or view.__class__ is not T or not _aliases(base):
+        return
+    from .. import backend
+
+    if backend.may_share_memory(base._value, view._value) is False:
+        return  # a copy (reshape of a non-contiguous layout, copy=True), as it is eagerly
+    rest = args[1:]
+    ns = T._ns
+
+    def forward(b):
+        return f(b, *rest, **kwargs)
+
+    if name in ("reshape", "expand_dims", "squeeze"):
+        def inverse(b, v):
+            return ns.reshape(v, b.shape)
+    elif name == "permute_dims":
+        axes = rest[0] if rest else kwargs["axes"]
+        n = len(axes)
+        back = [0] * n
+        for i, a in enumerate(axes):
+            back[a % n] = i
+
+        def inverse(b, v, back=tuple(back)):
+            return ns.permute_dims(v, back)
+    elif name == "matrix_transpose":
+        def inverse(b, v):
+            return ns.matrix_transpose(v)
+    elif name == "flip":
+        def inverse(b, v):
+            return ns.flip(v, *rest, **kwargs)
+    else:  # broadcast_to: read-only
+        inverse = None
+    _record(base, view, forward, inverse)
+
+
+def before_write(t, op) -> None:
+    """Run before a transform's in-place ``op`` rebinds ``t``: refuse a read-only view, and
+    cut ``t`` out of its views when its memory is borrowed from the caller. Eagerly such a
+    write copies the buffer first (``_ownership.guard_write``: the caller's array never
+    changes), so neither the array ``t`` views nor the views of ``t`` see it; nor do they here."""
+    if not _base_of:
+        return
+    tid = id(t)
+    if tid not in _base_of and tid not in _views_of:
+        return
+    check_writable(t, op)
+    from ._ownership import is_borrowed
+    from ._tensor import raw_value
+
+    if not is_borrowed(raw_value(t)):
+        return
+    entry = _base_of.pop(tid, None)
+    if entry is not None:
+        kids = _views_of.get(id(entry[1]))
+        if kids is not None:
+            kids.pop(tid, None)
+            if not kids:
+                del _views_of[id(entry[1])]
+    for vid in _views_of.pop(tid, {}):  # its views keep viewing the caller's memory
+        _base_of.pop(vid, None)
+
+
+def check_writable(t, op) -> None:
+    """Raise before ``op`` writes into ``t`` when ``t`` views read-only memory (broadcast_to)."""
+    entry = _base_of.get(id(t))
+    while entry is not None and entry[0]() is t:
+        _, base, _, inverse = entry
+        if inverse is None:
+            from .._errors import ReadOnlyError
+            from ._error_causes import READ_ONLY
+
+            raise ReadOnlyError(READ_ONLY.format(
+                op=op, shape=tuple(t.shape), dtype=t.dtype,
+                how=f" (a view made by broadcast_to from an array of shape {tuple(base.shape)}, "
+                    "as NumPy's broadcast views are outside transforms too)",
+                other=", or into the array that was broadcast"))
+        t = base
+        entry = _base_of.get(id(t))
 
 
 def written(t) -> None:
@@ -83,12 +194,11 @@ def written(t) -> None:
     _quiet[0] = True
     try:
         root = t
-        while entry is not None and entry[0]() is root:  # up: base[key] = view, level by level
-            _, base, key = entry
-            ns = type(base)._ns
-            if ns is None:  # the base was consumed or released: nothing left to write into
+        while entry is not None and entry[0]() is root:  # up: base = inverse(base, view)
+            _, base, _, inverse = entry
+            if type(base)._ns is None:  # the base was consumed or released: nothing to write into
                 break
-            new = ns._setitem(base, root, key=key)
+            new = inverse(base, root)
             base._value, base._node = new._value, new._node
             root = base
             entry = _base_of.get(id(root))
@@ -100,7 +210,7 @@ def written(t) -> None:
                 if v is None:
                     continue
                 if v is not t:  # (t holds its new value already; its own views follow it)
-                    new = b[_base_of[id(v)][2]]
+                    new = _base_of[id(v)][2](b)
                     v._value, v._node = new._value, new._node
                 stack.append(v)
     finally:

@@ -164,11 +164,17 @@ def build(d) -> dict:
         except Exception as e:
             if _object_like(obj):  # (backends that refuse the object dtype: the same message)
                 raise DTypeError(_object_message(obj)) from e
+            not_numbers = _not_numbers(obj)  # (backends that refuse text: the same message)
+            if not_numbers is not None:
+                raise DTypeError(not_numbers) from e
             from ._op_errors import op_error
 
             raise op_error("asarray", e, (obj,)) from e
-        if getattr(res.dtype, "kind", None) == "O":  # no array-API dtype: not an array of numbers
+        kind = getattr(res.dtype, "kind", None)
+        if kind == "O":  # no array-API dtype: not an array of numbers
             raise DTypeError(_object_message(obj))
+        if kind in _NOT_NUMBERS:  # strings, bytes, records, datetimes: no array-API dtype either
+            raise DTypeError(_not_numbers(obj, res.dtype))
         if not copy and not from_tensor and hasattr(obj, "shape"):
             from ._ownership import borrow
 
@@ -844,6 +850,32 @@ ASARRAY_OBJECT = (
     "nothing can be differentiated through). Fix: pass numbers, nested lists of equal lengths, "
     "or an array of a numeric or bool dtype"
 )
+
+
+ASARRAY_NOT_NUMBERS = (
+    "asarray: a {kind} became an array of dtype {dtype} ({what}), which the array API does not "
+    "have: its arrays hold numbers or bools. Fix: convert the values to numbers first (e.g. "
+    "[float(s) for s in values]), or pass a numeric array"
+)
+_NOT_NUMBERS = {"U": "text", "S": "bytes", "V": "structured records", "M": "datetimes",
+                "m": "time deltas"}
+
+
+def _not_numbers(obj, dtype=None) -> str | None:
+    """The asarray error for ``obj`` when it holds text, bytes, records or datetimes, else None
+    (``dtype``: what the backend made of it; else NumPy's reading, on this error path only)."""
+    if dtype is None:
+        import numpy as np  # (an error path: what NumPy makes of obj names its kind)
+
+        try:
+            dtype = np.asarray(obj).dtype
+        except Exception:
+            return None
+    what = _NOT_NUMBERS.get(getattr(dtype, "kind", None))
+    if what is None:
+        return None
+    return ASARRAY_NOT_NUMBERS.format(kind=f"{type(obj).__module__.split('.')[0]}.{type(obj).__name__}",
+                                      dtype=dtype, what=what)
 
 
 def _object_like(obj) -> bool:

@@ -13,7 +13,13 @@ array-API conformant namespace, probes capabilities and draws random numbers.
 
 from __future__ import annotations
 
-from ember.backend._capabilities import Capabilities, RandomSource, capabilities, random_source
+from ember.backend._capabilities import (
+    Capabilities,
+    RandomSource,
+    capabilities,
+    may_share_memory,
+    random_source,
+)
 from ember.backend._registry import KNOWN, available, get, name, raw
 
 __all__ = [
@@ -23,6 +29,7 @@ __all__ = [
     "available",
     "capabilities",
     "get",
+    "may_share_memory",
     "name",
     "random_source",
     "raw",

@@ -482,3 +482,27 @@ def random_source(xp: Any) -> RandomSource:
         _sources[id(xp)] = (xp, src)
     return src
 
+
+
+def may_share_memory(a: Any, b: Any) -> bool | None:
+    """Whether two arrays of a host backend may share memory; None when it cannot be told.
+
+    Why: NumPy's ``reshape`` is a view only when the layout allows it (a copy
+    otherwise), and autodiff keeps views of a tensor in step with writes to it
+    inside transforms only when they alias eagerly too. NumPy arrays are
+    compared directly, other host arrays (array-api-strict) through DLPack;
+    device arrays, lazy arrays and arrays without DLPack give None.
+
+    >>> import numpy as np
+    >>> a = np.zeros((2, 3))
+    >>> may_share_memory(a, a.reshape(6)), may_share_memory(a, a.T.reshape(6))
+    (True, False)
+    """
+    import numpy as np
+
+    try:
+        ha = a if isinstance(a, np.ndarray) else np.from_dlpack(a)
+        hb = b if isinstance(b, np.ndarray) else np.from_dlpack(b)
+    except Exception:
+        return None
+    return bool(np.may_share_memory(ha, hb))

@@ -67,6 +67,12 @@ NOT_DIFFERENTIABLE_ARG = (
     "defined for real or complex floating inputs only. Fix: pass floating arrays (e.g. "
     "xp.astype(x, xp.float64)), or leave this argument out of argnums to keep it a constant"
 )
+PYTHON_NUMBERS_ARG = (
+    "{op}: argument {i} is a {kind} of Python numbers with no array in it; a structure keeps "
+    "Python numbers as constants, so their gradient would be the numbers themselves. Fix: "
+    "make them an array (xp.asarray(...)) and differentiate that, or pass each number as an "
+    "argument of its own (a lone Python float is differentiated, as a 0-d array)"
+)
 BAD_ARGNUMS = (
     "{op}: argnums must be an int or a sequence of ints (positions of f's positional "
     "arguments), got {argnums!r}"
@@ -201,6 +207,17 @@ def _scalar_array(a, args):
     return namespace("numpy").asarray(a)
 
 
+def _python_numbers(a, depth: int = 0) -> bool:
+    """Whether list/tuple/dict structure ``a`` holds a Python int, float or complex (not bool)."""
+    if depth > 100:
+        return False
+    if isinstance(a, (list, tuple)):
+        return any(_python_numbers(x, depth + 1) for x in a)
+    if isinstance(a, dict):
+        return any(_python_numbers(x, depth + 1) for x in a.values())
+    return a.__class__ in (int, float, complex) and depth > 0
+
+
 def _check_differentiable(op, nums, args, per_arg):
     """Raise where an argument in argnums is an int, a bool or a structure whose arrays are
     all integer or bool: its "gradient" would be the input itself, as if it were constant.
@@ -210,6 +227,8 @@ def _check_differentiable(op, nums, args, per_arg):
     """
     for i, (treedef, leaves, tracked) in zip(nums, per_arg):
         a = args[i]
+        if not leaves and _python_numbers(a):  # [1.0, 2.0]: constants, returned as "gradient"
+            raise NotDifferentiableError(PYTHON_NUMBERS_ARG.format(op=op, i=i, kind=type(a).__name__))
         if (leaves or a.__class__ in (int, bool)) and all(t is None for t in tracked):
             what = (f"an array of dtype {a.dtype}" if hasattr(a, "dtype")
                     else f"the Python {type(a).__name__} {a!r}" if a.__class__ in (int, bool)

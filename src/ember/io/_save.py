@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import errno
 import os
 import re
 import secrets
@@ -411,5 +412,39 @@ def save(
     """
     target = os.fspath(path)
     tensors, meta = build(tree, metadata, allow_callables)
-    clean_stale_temps(target)
-    write_atomic(target, tensors, meta)
+    _check_target(target)
+    try:
+        clean_stale_temps(target)
+        write_atomic(target, tensors, meta)
+    except OSError as e:
+        if e.errno is None or (e.strerror or "").startswith("ember.io.save"):
+            raise
+        fix = _SAVE_FIXES.get(e.errno, "check the path and that its directory can be written")
+        raise type(e)(e.errno, f"ember.io.save: could not write {target!r} ({e.strerror}); "
+                      f"the file there, if any, is unchanged. Fix: {fix}") from e
+
+
+#: How to fix a failed save, by errno
+_SAVE_FIXES = {
+    errno.EACCES: "save into a directory you may write to, or change its permissions",
+    errno.EPERM: "save into a directory you may write to, or change its permissions",
+    errno.EROFS: "the file system is mounted read-only: save somewhere else",
+    errno.ENOSPC: "free some disk space, or save somewhere else",
+    getattr(errno, "EDQUOT", errno.ENOSPC): "free some disk space (or quota), or save somewhere else",
+    errno.ENAMETOOLONG: "use a shorter file name",
+}
+
+
+def _check_target(target: str) -> None:
+    """Refuse a target that is a directory, or whose directory does not exist, by name."""
+    if os.path.isdir(target):
+        raise IsADirectoryError(
+            errno.EISDIR, f"ember.io.save: {target!r} is a directory. Fix: give a file path, e.g. "
+            f"{os.path.join(target, 'model.safetensors')!r}")
+    parent = os.path.dirname(target) or "."
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise FileNotFoundError(
+            errno.ENOENT if what == "does not exist" else errno.ENOTDIR,
+            f"ember.io.save: the directory {parent!r} of {target!r} {what}. Fix: create it "
+            f"first (os.makedirs({parent!r}, exist_ok=True)), or save elsewhere")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._errors import EmberError
 from ..autodiff import fused as _fused
 from ..kernels import shapes_fit
 from ._util import namespace
@@ -16,6 +17,12 @@ __all__ = ["mse", "cross_entropy", "binary_cross_entropy_with_logits", "huber"]
 
 BAD_REDUCTION = "{op}: reduction must be 'mean', 'sum' or 'none', got {value!r}"
 BAD_SMOOTHING = "cross_entropy: label_smoothing must be in [0, 1], got {value!r}"
+BAD_CLASS = (
+    "cross_entropy: a class index is out of range: targets hold values from {lo} to {hi}, and "
+    "logits of shape {lshape} have {ncls} classes on axis {axis} (indices 0 to {last}); such a "
+    "row would add nothing to the loss. Fix: map the labels to 0..{last}, or give the logits "
+    "one class per label"
+)
 BAD_TARGET = (
     "cross_entropy: targets of shape {tshape} and dtype {tdtype} do not fit logits of shape "
     "{lshape}; pass integer class indices of shape {ishape} or class probabilities of shape "
@@ -75,6 +82,7 @@ def cross_entropy(
             raise ValueError(BAD_TARGET.format(tshape=tshape, tdtype=targets.dtype, lshape=lshape,
                                                ishape=ishape))
         if integral:
+            _check_classes(xp, targets, ncls, lshape, ax)
             shape = [1] * len(lshape)
             shape[ax] = ncls
             classes = xp.reshape(xp.arange(ncls, dtype=targets.dtype), tuple(shape))
@@ -86,6 +94,31 @@ def cross_entropy(
     if reduction not in _REDUCTIONS:
         raise ValueError(BAD_REDUCTION.format(op="cross_entropy", value=reduction))
     return _fused.softmax_cross_entropy(logits, onehot, axis=ax, reduction=reduction)
+
+
+def _check_classes(xp: Any, targets: Any, ncls: int, lshape: tuple, ax: int) -> None:
+    """Raise when a class index is outside ``[0, ncls)`` (its one-hot row would be all zeros:
+    the loss would silently leave that sample out), where such a test is cheap: eager arrays
+    in host memory (``ember.backend.capabilities(...).cheap_checks``). Lazy and device arrays
+    skip it (it would compute the graph or wait for the device on every step), as does a value
+    that is not concrete."""
+    import array_api_compat
+
+    from ..autodiff import Tensor
+    from ..backend import capabilities
+
+    raw = targets.raw if isinstance(targets, Tensor) else targets
+    try:
+        if not capabilities(array_api_compat.array_namespace(raw)).cheap_checks:
+            return
+        if 0 in tuple(targets.shape):
+            return
+        bad = bool(xp.any((targets < 0) | (targets >= ncls)))
+    except (EmberError, TypeError):  # not a concrete array here: nothing to test cheaply
+        return
+    if bad:
+        raise ValueError(BAD_CLASS.format(lo=int(xp.min(targets)), hi=int(xp.max(targets)),
+                                          lshape=lshape, ncls=ncls, axis=ax, last=ncls - 1))
 
 
 def binary_cross_entropy_with_logits(

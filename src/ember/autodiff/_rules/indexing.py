@@ -126,7 +126,26 @@ def written(b, x, value, key):
         if not _advanced(key):
             raise
         return scatter_last(b, x, value, key)
+    except ValueError:
+        if not empty_write(x, value, key):
+            raise
     return y
+
+
+def empty_write(x, value, key) -> bool:
+    """Whether ``x[key] = value`` writes nothing because ``x`` is empty, with a ``value`` that
+    broadcasts to ``x[key]``: Dask refuses every write into an empty array (even ``x[...] = x``),
+    where NumPy writes nothing."""
+    shape = tuple(x.shape)
+    if any(n.__class__ is not int for n in shape) or math.prod(shape) != 0:
+        return False
+    try:
+        target = tuple(x[key].shape)
+    except Exception:
+        return False
+    vshape = tuple(getattr(value, "shape", ()))
+    return len(vshape) <= len(target) and all(
+        v == 1 or v == t for v, t in zip(vshape[::-1], target[::-1]))
 
 
 def scatter_last(b, x, value, key):
