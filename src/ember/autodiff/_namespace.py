@@ -878,32 +878,22 @@ class _Dispatcher:
         getitem_impl = raw_get or _getitem_raw
         strip = self.strip
 
-        def untracked_get(self, k):
-            try:
-                v = self._value[k] if raw_get is None else raw_get(self._value, k)
-            except Exception as e:
-                raise op_error("__getitem__", e, (self,)) from e
-            r = make(v if v.__class__ is A else coerce(v), None)
-            if active_traces and basic_key(k):  # a view a transform's write must reach
-                note_view(self, r, k)
-            return r
-
         def __getitem__(self, key, /):
             if self._node is None:
                 if _has_tensor(key):
-                    if not (active_traces and active_traces[0].stages):
-                        return untracked_get(self, strip(key))
-                    # jit: a constant indexed by a staged key, recorded by the stager
-                    return _stage_op(self_d, None, "getitem", getitem_impl, (self,), {"key": _key_params(key, strip)})
-                else:
-                    try:
-                        v = self._value[key] if raw_get is None else raw_get(self._value, key)
-                    except Exception as e:
-                        raise op_error("__getitem__", e, (self,)) from e
-                    r = make(v if v.__class__ is A else coerce(v), None)
-                    if active_traces and basic_key(key):  # a view a transform's write must reach
-                        note_view(self, r, key)
-                    return r
+                    if active_traces and active_traces[0].stages:
+                        # jit: a constant indexed by a staged key, recorded by the stager
+                        return _stage_op(self_d, None, "getitem", getitem_impl, (self,),
+                                         {"key": _key_params(key, strip)})
+                    key = strip(key)
+                try:
+                    v = self._value[key] if raw_get is None else raw_get(self._value, key)
+                except Exception as e:
+                    raise op_error("__getitem__", e, (self,)) from e
+                r = make(v if v.__class__ is A else coerce(v), None)
+                if active_traces and basic_key(key):  # a view a transform's write must reach
+                    note_view(self, r, key)
+                return r
             k = _key_params(key, strip)
             r = call("getitem", getitem_impl, (self,), {"key": k})
             if basic_key(k):

@@ -47,15 +47,20 @@ def _has_ref(t) -> bool:
     return bool(out)
 
 
+def _rename(op, m: dict) -> None:
+    """Point ``op``'s references at the slots ``m`` maps them to (earlier ops merged or folded)."""
+    op.args = _subst(op.args, m)
+    if op.dynamic:
+        op.params = _subst(op.params, m)
+
+
 def fold_constants(g: Graph) -> None:
     """Ops on constants only become their staging values (after renaming, some are)."""
     m: dict = {}
     ops = []
     for op in g.ops:
         if m:
-            op.args = _subst(op.args, m)
-            if op.dynamic:
-                op.params = _subst(op.params, m)
+            _rename(op, m)
         if not _has_ref(op.args) and not (op.dynamic and _has_ref(op.params)):
             for s in op.outs:
                 if s is not None:
@@ -94,9 +99,7 @@ def eliminate_common(g: Graph) -> None:
     ops = []
     for op in g.ops:
         if m:
-            op.args = _subst(op.args, m)
-            if op.dynamic:
-                op.params = _subst(op.params, m)
+            _rename(op, m)
         try:
             k = (id(op.fn), op.name, _key(op.args), _key(op.params))
             hash(k)
