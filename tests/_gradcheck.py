@@ -19,6 +19,7 @@ mutually broadcastable ones.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -32,6 +33,12 @@ ATOL = 1e-6
 
 def namespace(name: str):
     """The ready-made ember wrapper namespace of backend ``name``."""
+    return ember.autodiff.namespace(name)
+
+
+def namespace_or_skip(name: str):
+    """``namespace(name)``, skipping the test where that backend is not installed."""
+    pytest.importorskip(name)
     return ember.autodiff.namespace(name)
 
 
@@ -243,3 +250,57 @@ def check_jvp(xp, f, args, *, argnums=None, eps=EPS, rtol=RTOL, atol=ATOL, seed=
         want = want.real
     assert_close(got, want, "jvp", rtol, atol)
     return got
+
+
+# ----------------------------------------------------------------- several outputs
+def _leaves(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def fd_check(xp, f, args, *, eps=1e-6, rtol=1e-5, atol=1e-6, seed=0, argnums=None):
+    """Compare ``ember.vjp`` of ``f`` (returning one or several arrays) with central FD.
+
+    The scalar checked is ``L = sum_k Re <c_k, y_k>`` for random cotangents
+    ``c_k``; the FD gradient of a complex input is ``dL/da + i dL/db``.
+    """
+    args = [np.array(a) for a in args]
+    argnums = list(range(len(args))) if argnums is None else list(argnums)
+    T = lambda a: xp.asarray(xp._backend.asarray(a.copy()))  # noqa: E731
+    outs = [to_numpy(o) for o in _leaves(f(*[T(a) for a in args]))]
+    rng = np.random.default_rng(seed)
+    cts = []
+    for o in outs:
+        c = rng.standard_normal(o.shape)
+        if np.iscomplexobj(o):
+            c = c + 1j * rng.standard_normal(o.shape)
+        cts.append(np.asarray(c, dtype=o.dtype) if o.dtype.kind in "fc" else c)
+
+    def loss(arrs):
+        ys = [to_numpy(o) for o in _leaves(f(*[T(a) for a in arrs]))]
+        return sum(float(np.sum(np.real(np.conj(c) * y))) for c, y in zip(cts, ys) if y.dtype.kind in "fc")
+
+    def g_of(*diff):
+        full = [T(a) for a in args]
+        for i, d in zip(argnums, diff):
+            full[i] = d
+        return f(*full)
+
+    out, pull = ember.vjp(g_of, *[T(args[i]) for i in argnums])
+    ct = [T(c) for c in cts]
+    grads = pull(tuple(ct) if isinstance(out, (tuple, list)) else ct[0])
+    for k, i in enumerate(argnums):
+        got = to_numpy(grads[k])
+        x = args[i]
+        want = np.zeros_like(x)
+        flat, wf = x.reshape(-1), want.reshape(-1)
+        for j in range(flat.size):
+            for dv in ((1.0, 1j) if np.iscomplexobj(x) else (1.0,)):
+                old = flat[j]
+                flat[j] = old + eps * dv
+                hi = loss(args)
+                flat[j] = old - eps * dv
+                lo = loss(args)
+                flat[j] = old
+                wf[j] += dv * (hi - lo) / (2 * eps)
+        assert got.shape == want.shape, f"arg {i}: shape {got.shape} != {want.shape}"
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"arg {i}")

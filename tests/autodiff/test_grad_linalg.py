@@ -22,68 +22,10 @@ from ember._errors import NotDifferentiableError
 # every test twice: VJPs on backend arrays and on Tensors (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("backward_loop")
 
-BACKENDS = ("numpy", "array_api_strict")
+from _gradcheck import BACKENDS, fd_check  # noqa: F401  (BACKENDS: parametrizes below)
+from _gradcheck import namespace_or_skip as _ns
+from _gradcheck import to_numpy as _np
 EXAMPLES = settings(max_examples=6, deadline=None)
-
-
-# ----------------------------------------------------------------- private FD helper
-def _np(x):
-    if isinstance(x, ember.Tensor):
-        x = x.raw
-    return np.asarray(np.from_dlpack(x)) if not isinstance(x, np.ndarray) else x
-
-
-def _leaves(out):
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-def fd_check(xp, f, args, *, eps=1e-6, rtol=1e-5, atol=1e-6, seed=0, argnums=None):
-    """Compare ``ember.vjp`` of ``f`` (returning one or several arrays) with central FD.
-
-    The scalar checked is ``L = sum_k Re <c_k, y_k>`` for random cotangents
-    ``c_k``; the FD gradient of a complex input is ``dL/da + i dL/db``.
-    """
-    args = [np.array(a) for a in args]
-    argnums = list(range(len(args))) if argnums is None else list(argnums)
-    T = lambda a: xp.asarray(xp._backend.asarray(a.copy()))  # noqa: E731
-    outs = [_np(o) for o in _leaves(f(*[T(a) for a in args]))]
-    rng = np.random.default_rng(seed)
-    cts = []
-    for o in outs:
-        c = rng.standard_normal(o.shape)
-        if np.iscomplexobj(o):
-            c = c + 1j * rng.standard_normal(o.shape)
-        cts.append(np.asarray(c, dtype=o.dtype) if o.dtype.kind in "fc" else c)
-
-    def loss(arrs):
-        ys = [_np(o) for o in _leaves(f(*[T(a) for a in arrs]))]
-        return sum(float(np.sum(np.real(np.conj(c) * y))) for c, y in zip(cts, ys) if y.dtype.kind in "fc")
-
-    def g_of(*diff):
-        full = [T(a) for a in args]
-        for i, d in zip(argnums, diff):
-            full[i] = d
-        return f(*full)
-
-    out, pull = ember.vjp(g_of, *[T(args[i]) for i in argnums])
-    ct = [T(c) for c in cts]
-    grads = pull(tuple(ct) if isinstance(out, (tuple, list)) else ct[0])
-    for k, i in enumerate(argnums):
-        got = _np(grads[k])
-        x = args[i]
-        want = np.zeros_like(x)
-        flat, wf = x.reshape(-1), want.reshape(-1)
-        for j in range(flat.size):
-            for dv in ((1.0, 1j) if np.iscomplexobj(x) else (1.0,)):
-                old = flat[j]
-                flat[j] = old + eps * dv
-                hi = loss(args)
-                flat[j] = old - eps * dv
-                lo = loss(args)
-                flat[j] = old
-                wf[j] += dv * (hi - lo) / (2 * eps)
-        assert got.shape == want.shape, f"arg {i}: shape {got.shape} != {want.shape}"
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"arg {i}")
 
 
 # ----------------------------------------------------------------- input builders
@@ -129,11 +71,6 @@ def separated(seed, shape, gap=0.3):
 batch = st.sampled_from([(), (2,)])
 seeds = st.integers(0, 2**31 - 1)
 sizes = st.integers(1, 4)
-
-
-def _ns(name):
-    pytest.importorskip(name)
-    return ember.autodiff.namespace(name)
 
 
 def _sign_fix(xp, v, axis):

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 import ember
 from ember.func import hessian, hvp, jacfwd, jacrev, jvp
-from test_grad_linalg import BACKENDS, _np, _ns
+from _gradcheck import BACKENDS
+from _gradcheck import namespace_or_skip as _ns
+from _gradcheck import to_numpy as _np
 
 EPS = 1e-6
 
