@@ -33,6 +33,7 @@ from .func import (
     stop_gradient,
     value_and_grad,
     vjp,
+    vmap,
 )
 from .tree import field
 from ._compute import compute, persist
@@ -54,6 +55,7 @@ __all__ = [
     "grad",
     "value_and_grad",
     "vjp",
+    "vmap",
     "stop_gradient",
     "jvp",
     "jacfwd",

@@ -30,6 +30,8 @@ from ._op_errors import GENERAL as _GENERAL
 from ._op_errors import op_error
 from ._op_errors import reference_signature as _reference_signature
 from ._rules import RULES, SELECT
+from ._batching import BatchedArgument, batched_class
+from ._batching import dispatch as _batch_dispatch
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
@@ -141,6 +143,8 @@ class _Dispatcher:
         T.__module__ = "ember"
         self.T = T
         mod._Tensor = T
+        # values batched by ember.vmap: a subclass, so no fast path takes them (_batching)
+        self.B = mod._Batched = batched_class(T)
 
         def wrap(v, node=None):
             if v.__class__ is not A:
@@ -197,6 +201,10 @@ class _Dispatcher:
 
     def check_own(self, a, op):
         if a.__class__ is not self.T:
+            if a.__class__ is self.B:
+                from ._batching import BATCHED_KEY, BatchingError
+
+                raise BatchingError(BATCHED_KEY.format(op=op))
             from ._ownership import check_alive
 
             check_alive(a, op)
@@ -229,6 +237,8 @@ class _Dispatcher:
         if isinstance(a, Tensor):
             if c is Owned:
                 return claim(self, op, a)
+            if c is self.B:  # a vmap's batched value: the batching interpreter's call
+                raise BatchedArgument
             self.check_own(a, op)
         if a is None or c in _SCALARS or c is type:  # a type: a dtype such as numpy.float64
             return a
@@ -255,6 +265,8 @@ class _Dispatcher:
             self._claims = []
             same_twice(name, args)
             raise
+        except BatchedArgument:  # (raised by normalize: no cost to calls without one)
+            return _batch_dispatch(self, name, impl, args, params)
         T = self.T
         top = None
         for a in norm:
@@ -839,6 +851,8 @@ class _Dispatcher:
                     return self
                 new = getattr(mod, fname)(self, other)
                 _check_inplace(f"__i{_OP_OF[fname]}__", self, new)
+                if new.__class__ is not self.__class__:  # a batched value written in (vmap)
+                    self.__class__ = new.__class__
                 self._value, self._node = new._value, new._node
                 written(self)  # views of self, and what self views, see the write (_views)
                 return self
@@ -901,6 +915,8 @@ class _Dispatcher:
                 return
             new = mod._setitem(self, value, key=k)
             _check_inplace("__setitem__", self, new)
+            if new.__class__ is not self.__class__:  # a batched value written in (vmap)
+                self.__class__ = new.__class__
             self._value, self._node = new._value, new._node
             written(self)  # views of self, and what self views, see the write (_views)
 

@@ -3,6 +3,7 @@
 from ._checkpoint import checkpoint, checkpoint_name
 from ._transforms import grad, stop_gradient, value_and_grad, vjp
 from ._forward import hessian, hvp, jacfwd, jacrev, jvp
+from ._vmap import vmap
 
 __all__ = ["grad", "value_and_grad", "vjp", "stop_gradient", "checkpoint", "checkpoint_name",
-           "jvp", "jacfwd", "jacrev", "hessian", "hvp"]
+           "jvp", "jacfwd", "jacrev", "hessian", "hvp", "vmap"]
