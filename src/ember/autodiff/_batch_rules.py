@@ -148,7 +148,7 @@ def _missing(c, vals, batched, params):
 
 
 # ---------------------------------------------------------------------- axis ops
-def _axis_rule(default=None, none="all"):
+def _axis_rule(default=None, none="all", key="axis"):
     """Rule of an op on one array with an ``axis`` keyword; ``none`` says what axis=None means:
     "all" (every axis of an example), "keep" (the op's own meaning), or over the flattened
     example: "flat" (the result stays flat: repeat), "back" (reshaped back: roll), "arg"
@@ -159,23 +159,23 @@ def _axis_rule(default=None, none="all"):
             return _missing(c, vals, batched, params)
         x = vals[0]
         nd = x.ndim - 1
-        a = params.get("axis", default)
+        a = params.get(key, default)
         if a is None and none == "keep":
             return c.op(vals, params)
         if a is None and none != "all":
-            out = c.op([c.ns.reshape(x, (c.size, -1)), *vals[1:]], {**params, "axis": 1})
+            out = c.op([c.ns.reshape(x, (c.size, -1)), *vals[1:]], {**params, key: 1})
             if none == "back":
                 return c.ns.reshape(out, tuple(x.shape))
             if none == "arg" and params.get("keepdims"):
                 return c.ns.reshape(out, (c.size, *([1] * nd)))
             return out
-        return c.op(vals, {**params, "axis": _axes(a, nd, c.name)})
+        return c.op(vals, {**params, key: _axes(a, nd, c.name)})
 
     return rule
 
 
-register("sum prod mean std var max min all any count_nonzero flip fft.fftshift fft.ifftshift",
-         _axis_rule())
+register("sum prod mean std var max min all any count_nonzero flip", _axis_rule())
+register("fft.fftshift fft.ifftshift", _axis_rule(key="axes"))
 register("argmax argmin", _axis_rule(none="arg"))
 BATCH_RULES["repeat"] = _axis_rule(none="flat")
 BATCH_RULES["roll"] = _axis_rule(none="back")
@@ -471,8 +471,53 @@ def _advanced_front(key) -> int | None:
     return nd
 
 
+def _as_take(c, x, key):
+    """``x[(slice(None),) + key]`` as a ``take`` where ``key`` is one 1-d index array (or a 1-d
+    mask) among full slices: backends that refuse index arrays mixed with slices (array-api-
+    strict) take it, and it is one gather. None where that does not apply."""
+    arrays = [i for i, k in enumerate(key) if hasattr(k, "shape") and hasattr(k, "dtype")]
+    if len(arrays) != 1:
+        return None
+    p = arrays[0]
+    idx = key[p]
+    full = slice(None)
+    if len(idx.shape) != 1 or any(k is Ellipsis for k in key[:p]) or not all(
+            (isinstance(k, slice) and k == full) or k is Ellipsis for k in key[:p] + key[p + 1:]):
+        return None
+    xp = c.d.xp
+    if xp.isdtype(idx.dtype, "bool"):
+        if not c.d.caps.cheap_checks:
+            return None
+        idx = xp.nonzero(idx)[0]
+    elif not xp.isdtype(idx.dtype, "integral"):
+        return None
+    return c.ns.take(x, c.d.wrap(idx), axis=p + 1)
+
+
+def _all_integer_key(c, key):
+    """For a key of index arrays and ints only: the batch's own index array in front (shaped to
+    broadcast against them), so the key stays integer-only (array-api-strict refuses index
+    arrays next to slices); None for other keys."""
+    arrays = [k for k in key if hasattr(k, "shape") and hasattr(k, "dtype")]
+    if len(arrays) < 2 or not all(hasattr(k, "shape") or (isinstance(k, int) and not isinstance(k, bool))
+                                  for k in key):
+        return None
+    xp = c.d.xp
+    if not all(xp.isdtype(k.dtype, "integral") for k in arrays):
+        return None
+    nd = max(len(k.shape) for k in arrays)
+    first = xp.reshape(xp.arange(c.size, dtype=arrays[0].dtype), (c.size, *([1] * nd)))
+    return (first, *key)
+
+
 def _getitem(c, vals, batched, params):
     key = _key_tuple(params["key"])
+    taken = _as_take(c, vals[0], key)
+    if taken is not None:
+        return taken
+    ints = _all_integer_key(c, key)
+    if ints is not None:
+        return c.op(vals, {**params, "key": ints})
     out = c.op(vals, {**params, "key": (slice(None), *key)})
     front = _advanced_front(key)
     return c.ns.moveaxis(out, front, 0) if front else out

@@ -30,6 +30,7 @@ import array_api_compat
 
 from .._errors import NotDifferentiableError
 from ._rules._base import COMPUTE, MEMORY, RULES, defjvp, defvjp
+from ._batching import _PRIMITIVES
 from ._tensor import Tensor
 
 __all__ = ["primitive", "Primitive"]
@@ -70,6 +71,7 @@ class Primitive:
         # name never share VJPs
         self.key = self.name if self.name not in RULES else f"{self.name}#{next(_ids)}"
         self._impls: dict = {}  # dispatcher -> the forward on that backend's arrays
+        _PRIMITIVES.add(self.key)  # (named in vmap's message when it has no batching rule)
         functools.update_wrapper(self, fn)
 
     def defvjp(self, *vjps: Callable | None, saves=None, keep_ans: bool = True) -> "Primitive":
@@ -100,6 +102,32 @@ class Primitive:
                                                                      **params))
         return self
 
+    def defvmap(self, rule: Callable | str) -> "Primitive":
+        """Register how the primitive runs on a batch under ``ember.vmap``.
+
+        ``rule(xp, batched, *args, **params)`` gets the arguments with the batch axis in
+        front of a batched one (``batched[i]`` says which) and returns the batched result,
+        batch axis in front; ``xp`` computes on those values (calling the primitive itself
+        is fine). ``"elementwise"`` registers the elementwise rule (ranks aligned, the
+        primitive called once on the batch), ``"loop"`` runs it once per example and stacks
+        the results (slow: for primitives that cannot batch). Returns the primitive.
+        """
+        from . import _batch_rules as br
+        from ._batching import BATCH_RULES, loop_rule
+
+        if rule == "elementwise":
+            BATCH_RULES[self.key] = br.elementwise
+        elif rule == "loop":
+            BATCH_RULES[self.key] = loop_rule
+        elif callable(rule):
+            def batched(c, vals, flags, params):
+                return rule(c.ns, tuple(flags), *vals, **params)
+
+            BATCH_RULES[self.key] = batched
+        else:
+            raise TypeError(f"{self.name}.defvmap: give a function, 'elementwise' or 'loop', not {rule!r}")
+        return self
+
     @property
     def has_vjp(self) -> bool:
         """Whether VJPs are registered (without them the primitive is a constant op)."""
@@ -124,7 +152,8 @@ class Primitive:
             xp = array_api_compat.array_namespace(*arrays) if arrays else None
             return self.fn(xp, *args, **params)
         if not self.has_vjp and any(isinstance(a, Tensor) and getattr(a, "_node", None) is not None
-                                    and d.is_differentiable(a) for a in args):
+                                    and a.__class__ is not d.B and d.is_differentiable(a)
+                                    for a in args):  # (a vmap's batched value is no trace)
             raise NotDifferentiableError(NO_VJP.format(name=self.name))  # never cut silently
         return d.call(self.key, self._impl(d), args, params)
 

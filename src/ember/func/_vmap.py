@@ -130,13 +130,20 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *, fallback: str = "e
         leaves, treedef = _tree.flatten((args, kwargs))
         axes = _leaf_axes((spec, 0), (args, kwargs), "in_axes", "positional arguments")
         size, raw_only, ns = _batch_size(leaves, axes)
-        with BatchTrace(size, fallback) as trace:
-            inputs = [_batched_input(x, a, trace) for x, a in zip(leaves, axes)]
-            bargs, bkwargs = _tree.unflatten(treedef, inputs)
-            res = f(*bargs, **bkwargs)
-            out_leaves, out_def = _tree.flatten(res)
-            oaxes = _leaf_axes(out_axes, res, "out_axes", "function's result")
-            outs = [_output(y, a, trace, i, ns) for i, (y, a) in enumerate(zip(out_leaves, oaxes))]
+        # rules may test a rare case with bool(xp.any(...)) where that is cheap; on batched
+        # values the test is per example, so they take their general branch instead
+        cheap = ns._cheap_any
+        ns._cheap_any = False
+        try:
+            with BatchTrace(size, fallback) as trace:
+                inputs = [_batched_input(x, a, trace) for x, a in zip(leaves, axes)]
+                bargs, bkwargs = _tree.unflatten(treedef, inputs)
+                res = f(*bargs, **bkwargs)
+                out_leaves, out_def = _tree.flatten(res)
+                oaxes = _leaf_axes(out_axes, res, "out_axes", "function's result")
+                outs = [_output(y, a, trace, i) for i, (y, a) in enumerate(zip(out_leaves, oaxes))]
+        finally:
+            ns._cheap_any = cheap
         if raw_only:
             outs = [raw_value(o) if isinstance(o, Tensor) else o for o in outs]
         return _tree.unflatten(out_def, outs)
@@ -185,7 +192,7 @@ def _batched_input(x, axis, trace):
     return _wrap_batched(ns._dispatch, trace, x)
 
 
-def _output(y, axis, trace, i, ns):
+def _output(y, axis, trace, i):
     """Result leaf ``y`` stacked along ``axis`` (a leaf the same for every example is
     broadcast), or returned as it is for axis None."""
     if is_batched(y, trace):
