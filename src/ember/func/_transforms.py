@@ -27,7 +27,6 @@ from ..autodiff._ownership import as_operand as _as_operand
 from ..autodiff._ownership import share as _share
 from ..kernels import shapes_fit
 from ..autodiff._tensor import raw_value
-from ..autodiff._batching import Batched as _Batched
 from ..autodiff._trace import (
     LeafNode,
     Trace,
@@ -262,9 +261,10 @@ def _ones_like(value):
     """The seed cotangent of ``value``: ones of its shape and dtype, untracked (for a value
     batched by vmap, of one example's shape: the same seed for every example)."""
     ns = value._ns
-    if isinstance(value, _Batched):
+    r = raw_value(value)
+    if r.ndim != value.ndim:  # batched at some level (the backend array holds the batch)
         return ns.ones(value.shape, dtype=value.dtype, device=value.device)
-    return ns._wrap(ns._dispatch.ones_like(raw_value(value)))
+    return ns._wrap(ns._dispatch.ones_like(r))
 
 
 def _fit_leaf(g, x):
