@@ -31,16 +31,16 @@ from mlp import make_problem, out_in
 from overhead import import_ember
 
 
-def _problem() -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+def _problem(batch: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     params, x, y = make_problem(np.float32)
-    return out_in(params), x, y
+    return out_in(params), x[:batch], y[:batch]
 
 
-def setup_ember(loop: bool = False) -> Callable[[], Any]:
+def setup_ember(batch: int, loop: bool = False) -> Callable[[], Any]:
     ember, xp = import_ember()
     nn = ember.nn
     with ember_ready():
-        params, x, y = _problem()
+        params, x, y = _problem(batch)
         p = {k: xp.asarray(a) for k, a in params.items()}
         xt, yt = xp.asarray(x), xp.asarray(y)
 
@@ -64,10 +64,10 @@ def setup_ember(loop: bool = False) -> Callable[[], Any]:
     return call
 
 
-def setup_torch() -> Callable[[], Any]:
+def setup_torch(batch: int) -> Callable[[], Any]:
     torch = import_torch()
     F = torch.nn.functional
-    params, x, y = _problem()
+    params, x, y = _problem(batch)
     p = {k: torch.tensor(np.ascontiguousarray(a)) for k, a in params.items()}
     xt, yt = torch.tensor(x), torch.tensor(y)
 
@@ -80,9 +80,9 @@ def setup_torch() -> Callable[[], Any]:
     return lambda: per_example(p, xt, yt)
 
 
-def setup_jax() -> Callable[[], Any]:
+def setup_jax(batch: int) -> Callable[[], Any]:
     jax, jnp = import_jax()
-    params, x, y = _problem()
+    params, x, y = _problem(batch)
     p = {k: jnp.asarray(np.ascontiguousarray(a)) for k, a in params.items()}
     xt, yt = jnp.asarray(x), jnp.asarray(y)
 
@@ -99,15 +99,17 @@ def setup_jax() -> Callable[[], Any]:
     return call
 
 
-def workloads() -> list[Workload]:
-    """``vmap_mlp``: per-example gradients of the MLP, float32, batch 128."""
+def workloads(batch: int = 128) -> list[Workload]:
+    """``vmap_mlp``: per-example gradients of the MLP, float32, ``batch`` examples (128; the
+    smoke test takes fewer)."""
     return [
         Workload(
             name="vmap_mlp",
             unit="ms/call",
-            description="per-example gradients, MLP 784-256-256-10, float32, batch 128",
-            impls={"ember-vmap": setup_ember, "ember-loop": lambda: setup_ember(loop=True),
-                   "torch-vmap": setup_torch, "jax-vmap": setup_jax},
+            description=f"per-example gradients, MLP 784-256-256-10, float32, batch {batch}",
+            impls={"ember-vmap": lambda: setup_ember(batch),
+                   "ember-loop": lambda: setup_ember(batch, loop=True),
+                   "torch-vmap": lambda: setup_torch(batch), "jax-vmap": lambda: setup_jax(batch)},
             reference="torch-vmap",
             ratios=[("ember-vmap", "torch-vmap"), ("ember-vmap", "ember-loop"),
                     ("jax-vmap", "torch-vmap")],
