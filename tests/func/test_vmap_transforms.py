@@ -174,6 +174,8 @@ def test_python_control_flow_on_batched_value(xp):
         ember.vmap(lambda a: a if float(xp.sum(a)) > 0 else -a)(rand(xp, (3, 2)))
     with pytest.raises(BatchingError, match="xp.take"):
         ember.vmap(lambda a, i: a[i], in_axes=(None, 0))(rand(xp, (3,)), to(xp, [0, 1], np.int64))
+    with pytest.raises(BatchingError, match="xp.where"):
+        ember.vmap(lambda a: xp.sum(a[a > 0]))(rand(xp, (3, 2)))
 
 
 def test_leaked_batched_value(xp):

@@ -494,12 +494,12 @@ def _as_take(c, x, key):
     return c.ns.take(x, c.d.wrap(idx), axis=p + 1)
 
 
-def _all_integer_key(c, key):
+def _all_integer_key(c, key, least=2):
     """For a key of index arrays and ints only: the batch's own index array in front (shaped to
     broadcast against them), so the key stays integer-only (array-api-strict refuses index
     arrays next to slices); None for other keys."""
     arrays = [k for k in key if hasattr(k, "shape") and hasattr(k, "dtype")]
-    if len(arrays) < 2 or not all(hasattr(k, "shape") or (isinstance(k, int) and not isinstance(k, bool))
+    if len(arrays) < least or not all(hasattr(k, "shape") or (isinstance(k, int) and not isinstance(k, bool))
                                   for k in key):
         return None
     xp = c.d.xp
@@ -510,8 +510,24 @@ def _all_integer_key(c, key):
     return (first, *key)
 
 
+def _masks_as_indices(c, key):
+    """``key`` with each boolean array replaced by the index arrays of its True elements (the
+    same selection), on eager backends: they then batch as integer keys do."""
+    xp = c.d.xp
+    if not c.d.caps.cheap_checks or not any(
+            hasattr(k, "dtype") and hasattr(k, "shape") and xp.isdtype(k.dtype, "bool") for k in key):
+        return key
+    out = []
+    for k in key:
+        if hasattr(k, "dtype") and hasattr(k, "shape") and xp.isdtype(k.dtype, "bool"):
+            out.extend(xp.nonzero(k))
+        else:
+            out.append(k)
+    return tuple(out)
+
+
 def _getitem(c, vals, batched, params):
-    key = _key_tuple(params["key"])
+    key = _masks_as_indices(c, _key_tuple(params["key"]))
     taken = _as_take(c, vals[0], key)
     if taken is not None:
         return taken
@@ -539,9 +555,13 @@ def _setitem(c, vals, batched, params):
         k = _target_rank(c, x, key) - (v.ndim - 1)
         if k > 0:
             v = _expand(c, v, k)
-    if _advanced_front(_key_tuple(key)):
-        return _missing(c, vals, batched, params)
-    return c.op([x, v], {**params, "key": (slice(None), *_key_tuple(key))})
+    key = _masks_as_indices(c, _key_tuple(key))
+    new = _all_integer_key(c, key, least=1)  # (array-api-strict: no index arrays next to slices)
+    if new is None:
+        if _advanced_front(key):
+            return _missing(c, vals, batched, params)
+        new = (slice(None), *key)
+    return c.op([x, v], {**params, "key": new})
 
 
 def _take(c, vals, batched, params):

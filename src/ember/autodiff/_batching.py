@@ -57,7 +57,9 @@ TO_SCALAR = (
 BATCHED_KEY = (
     "{op}: a batched Tensor inside ember.vmap was used where ember needs a plain value (an "
     "index key, a shape, a parameter). Index with per-example arrays through "
-    "xp.take(x, i, axis=...) or xp.take_along_axis(x, i, axis=...), which batch"
+    "xp.take(x, i, axis=...) or xp.take_along_axis(x, i, axis=...), which batch; a mask "
+    "computed per example selects a different number of elements in each, so write "
+    "xp.where(mask, x, 0) instead of x[mask]"
 )
 TO_RAW = (
     "x.raw of a batched Tensor inside ember.vmap: the backend array holds every example. "
@@ -76,6 +78,11 @@ class VmapFallbackWarning(UserWarning):
 class BatchedArgument(Exception):
     """Raised by the dispatcher's ``normalize`` on a batched argument: the call is the batching
     interpreter's (control flow inside ember, never seen by users)."""
+
+
+#: The batch traces open now (a list mutated in place: the dispatcher tests it where an op
+#: that no tape records would strip every level of its arguments, see _namespace.call).
+OPEN: list = []
 
 
 class _Mark:
@@ -101,6 +108,14 @@ class BatchTrace(Trace):
         self.size = size
         self.mark = _Mark(self)
         self.fallback = fallback
+
+    def __enter__(self):
+        OPEN.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        OPEN.remove(self)
+        return super().__exit__(*exc)
 
     def __repr__(self):
         return f"<BatchTrace level={self.level} size={self.size} active={self.active}>"

@@ -30,6 +30,7 @@ from ._op_errors import GENERAL as _GENERAL
 from ._op_errors import op_error
 from ._op_errors import reference_signature as _reference_signature
 from ._rules import RULES, SELECT
+from ._batching import OPEN as _BATCHING
 from ._batching import BatchedArgument, batched_class
 from ._batching import dispatch as _batch_dispatch
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
@@ -285,6 +286,11 @@ class _Dispatcher:
             else:
                 fail_claims(self, name, claims, "tape")
         if rule is None:
+            if top is not None and _BATCHING:  # a vmap is open: a level below may be batched,
+                # which raw_value would strip; the op one level down, as recording would
+                return self.call(name, impl, tuple(
+                    [a._value if a.__class__ is T and a._node is not None and a._node.trace is top
+                     else a for a in norm]), params)
             raw = [raw_value(a) if a.__class__ is T else a for a in norm]
             try:
                 out = impl(*raw, **params)
