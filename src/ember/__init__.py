@@ -7,6 +7,8 @@
 
 from ._errors import (
     AxisError,
+    BatchingError,
+    VmapFallbackWarning,
     BackendError,
     BackendNotInstalledError,
     ConsumedError,
@@ -85,6 +87,8 @@ __all__ = [
     "EmberError",
     "ShapeError",
     "AxisError",
+    "BatchingError",
+    "VmapFallbackWarning",
     "OutOfRangeError",
     "DTypeError",
     "BackendError",

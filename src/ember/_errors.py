@@ -20,6 +20,8 @@ __all__ = [
     "ConsumedError",
     "ReuseError",
     "FileFormatError",
+    "BatchingError",
+    "VmapFallbackWarning",
 ]
 
 
@@ -70,3 +72,13 @@ class ReuseError(EmberError, RuntimeError):
 
 class FileFormatError(EmberError, ValueError):
     """A file that is truncated, corrupted, hostile or does not match."""
+
+
+class BatchingError(EmberError, ValueError):
+    """An op cannot run on a batch under :func:`ember.vmap` (no batching rule, a batched value
+    where Python needs one number, or one kept past its vmap)."""
+
+
+class VmapFallbackWarning(UserWarning):
+    """An op without a batching rule ran once per example (``ember.vmap(..., fallback="loop")``,
+    or a primitive's ``defvmap("loop")``): correct but slow."""

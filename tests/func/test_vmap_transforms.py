@@ -10,7 +10,7 @@ import pytest
 
 import ember
 from _vmap_check import BACKENDS, as_numpy, assert_close, check, loop, ns, to
-from ember.autodiff._batching import BatchingError, VmapFallbackWarning
+from ember import BatchingError, VmapFallbackWarning
 
 
 def rand(xp, shape, seed=0):

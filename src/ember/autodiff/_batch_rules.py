@@ -353,6 +353,10 @@ def _matmul(c, vals, batched, params):
     ba, bb = batched
     va = _nd(a, ba) == 1
     vb = _nd(b, bb) == 1
+    if va and not bb and b.ndim == 2:  # a batch of vectors times one matrix: one matrix product
+        return c.op([a, b], params)
+    if vb and not ba and a.ndim == 2:  # one matrix times a batch of vectors: (b a^T) rows
+        return c.op([b, ns.matrix_transpose(a)], params)
     if va:
         a = ns.expand_dims(a, axis=-2)
     if vb:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import warnings
 
-from .._errors import EmberError, ShapeError
+from .._errors import BatchingError, ShapeError, VmapFallbackWarning
 from ._rules import RULES, SELECT
 from ._tensor import Tensor
 from ._trace import Trace, make_node
@@ -65,14 +65,6 @@ TO_RAW = (
     "x.raw of a batched Tensor inside ember.vmap: the backend array holds every example. "
     "Return the value from the vmapped function to read it"
 )
-
-
-class BatchingError(EmberError, ValueError):
-    """An op cannot run batched under ``ember.vmap`` (no rule, or the batch does not fit)."""
-
-
-class VmapFallbackWarning(UserWarning):
-    """An op ran once per example under ``ember.vmap(..., fallback="loop")`` (slow)."""
 
 
 class BatchedArgument(Exception):
