@@ -111,3 +111,23 @@ def test_integer_array_indexing_copies_under_transforms_too():
     v, g = ember.value_and_grad(f)(x)
     assert float(v) == 3.0
     np.testing.assert_array_equal(g.raw, [1.0, 1.0, 0.0])
+
+
+def test_write_to_a_view_whose_base_was_consumed():
+    # the base is dead (consumed by cos): the write stays in the view, as eagerly, and the
+    # gradient is that program's
+    import ember.autodiff.numpy as xp
+
+    def f(x):
+        y = xp.cos(x)
+        v = y[1:3]
+        z = xp.cos(ember.consume(y))
+        v += x[0]
+        return xp.sum(v * v) + xp.sum(z)
+
+    x0 = np.array([0.3, -0.7, 1.1, 0.5])
+    value, g = ember.value_and_grad(f)(xp.asarray(x0))
+    assert float(value) == pytest.approx(float(f(xp.asarray(x0))), rel=1e-14)
+    fd = np.array([(float(f(xp.asarray(x0 + EPS * e))) - float(f(xp.asarray(x0 - EPS * e)))) / (2 * EPS)
+                   for e in np.eye(4)])
+    np.testing.assert_allclose(g.raw, fd, rtol=1e-7, atol=1e-9)

@@ -15,9 +15,10 @@ from ._trace import Trace
 from ._checkpoint import memory_report
 from ._primitive import Primitive, primitive
 from . import _batch_rules  # noqa: F401  (fills the batching rules table)
+from . import fused
 from ._jvp import forward_trace, leaf as track_forward, tangent_of
 
 __all__ = ["namespace", "Tensor", "Trace", "RULES", "Rule", "defvjp", "defvjp_all", "Spec", "COMPUTE", "MEMORY", "memory_report",
-           "primitive", "Primitive", "unbroadcast", "defjvp", "forward_trace",
+           "primitive", "Primitive", "fused", "unbroadcast", "defjvp", "forward_trace",
            "track_forward", "tangent_of",
            "raw_value"]

@@ -6,7 +6,7 @@ kernel cost as much as the kernel. ``numpy.sum`` runs two Python functions
 array-api-compat's ``matmul``, ``matrix_transpose`` and ``permute_dims`` are
 Python wrappers around NumPy's own. Each function here calls the kernel
 directly with the standard's signature; values, dtypes and errors are NumPy's
-(``tests/test_direct.py`` compares them with the compat layer's).
+(``tests/autodiff/test_direct.py`` compares them with the compat layer's).
 
 Only for the NumPy backend: other libraries keep their compat functions.
 
@@ -35,14 +35,12 @@ import operator
 from math import prod
 from typing import Any
 
-#: reduction name -> (ufunc name, whether it takes ``dtype``)
-_REDUCTIONS = {
-    "sum": ("add", True),
-    "prod": ("multiply", True),
-    "max": ("maximum", False),
-    "min": ("minimum", False),
-}
-_LOGICAL = {"all": "logical_and", "any": "logical_or"}
+from ._api_tables import REDUCTION_RESULT, REDUCTIONS
+
+#: reduction name -> (ufunc name, whether it takes ``dtype``), and the logical ones (the table's)
+_REDUCTIONS = {n: (u, REDUCTION_RESULT[n] == "promote") for n, u in REDUCTIONS.items()
+               if REDUCTION_RESULT[n] != "bool"}
+_LOGICAL = {n: u for n, u in REDUCTIONS.items() if REDUCTION_RESULT[n] == "bool"}
 
 
 def _reduction(name: str, reduce, takes_dtype: bool):

@@ -28,25 +28,11 @@ from __future__ import annotations
 from ._rules._util import is_complex
 from ._tensor import Tensor
 from ._trace import LeafNode, SelectNode, Trace, backward
+from ._api_tables import BILINEAR, LINEAR, NOT_HOLOMORPHIC
 
 __all__ = ["forward_trace", "leaf", "tangent_of", "LINEAR", "BILINEAR"]
 
-#: Ops linear in their floating array arguments (other arguments pass unchanged).
-LINEAR = frozenset("""
-    add subtract negative positive real imag conj astype copy where
-    reshape permute_dims matrix_transpose expand_dims squeeze flip roll broadcast_to tile repeat
-    getitem setitem index_add take take_along_axis concat stack sum mean cumulative_sum
-    tril triu mask_scatter mask_gather with_sharding _to_device
-    linalg.matrix_transpose linalg.diagonal linalg.trace
-    fft.fft fft.ifft fft.fftn fft.ifftn fft.rfft fft.irfft fft.rfftn fft.irfftn fft.hfft fft.ihfft
-    fft.fftshift fft.ifftshift
-""".split())
-#: Ops linear in each of their two array arguments separately.
-BILINEAR = frozenset("matmul tensordot vecdot linalg.matmul linalg.tensordot linalg.vecdot "
-                     "linalg.outer linalg.cross".split())
-#: Elementwise ops whose complex derivative is not a complex number (not holomorphic): the
-#: conjugation trick of the elementwise family does not hold for them on complex inputs.
-NOT_HOLOMORPHIC = frozenset("abs sign angle".split())
+# the op categories forward mode reads (the one table, _api_tables)
 
 
 def tangent_of(node):

@@ -30,7 +30,6 @@ takes ownership of its input"). How it works:
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import warnings
 import weakref
@@ -39,6 +38,7 @@ from .._config import CONFIG as _CONFIG
 from .._config import config, get_config  # noqa: F401  (re-exported: ember.config started here)
 from .._errors import ConsumedError, ReuseError
 from ._tensor import Tensor, raw_value
+from ._api_tables import REDUCTIONS, RESULT, UFUNC
 
 __all__ = [
     "check_alive",
@@ -670,24 +670,12 @@ def _extra_refs(t) -> int:
 # --------------------------------------------------------------------------- #
 # running an op into a consumed buffer
 # --------------------------------------------------------------------------- #
-_FLOAT_UNARY = set(
-    "acos acosh asin asinh atan atanh ceil cos cosh exp expm1 floor log log1p log2 log10 "
-    "reciprocal round sin sinh sqrt tan tanh trunc".split()
-)
-_SAME_UNARY = set("negative positive square sign conj bitwise_invert logical_not".split())
-_REAL_UNARY = {"abs"}
-_FLOAT_BINARY = set("divide atan2 copysign hypot logaddexp nextafter".split())
-_PROMOTE_BINARY = set(
-    "add subtract multiply maximum minimum pow remainder floor_divide bitwise_and "
-    "bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift logical_and logical_or "
-    "logical_xor".split()
-)
-_ALIASES = {
-    "acos": "arccos", "acosh": "arccosh", "asin": "arcsin", "asinh": "arcsinh",
-    "atan": "arctan", "atanh": "arctanh", "atan2": "arctan2", "pow": "power",
-    "round": "rint", "bitwise_invert": "invert", "bitwise_left_shift": "left_shift",
-    "bitwise_right_shift": "right_shift", "conj": "conjugate",
-}
+_FLOAT_UNARY = {n for n, r in RESULT.items() if r == "float"}
+_SAME_UNARY = {n for n, r in RESULT.items() if r == "same"}
+_REAL_UNARY = {n for n, r in RESULT.items() if r == "real"}
+_FLOAT_BINARY = {n for n, r in RESULT.items() if r == "float2"}
+_PROMOTE_BINARY = {n for n, r in RESULT.items() if r == "promote"}
+_ALIASES = {n: u for n, u in UFUNC.items() if n not in REDUCTIONS}
 _ufuncs: dict = {}
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import array_api_compat
 
 from .._errors import NotDifferentiableError
-from ._rules._base import COMPUTE, MEMORY, RULES, defjvp, defvjp
+from ._rules._base import COMPUTE, MEMORY, RULES, defjvp, defvjp, defvjp_all
 from ._batching import _PRIMITIVES
 from ._tensor import Tensor
 
@@ -61,7 +61,8 @@ class Primitive:
     parameters handed to the forward and to every VJP).
     """
 
-    def __init__(self, fn: Callable, *, name: str | None = None, bound: str = MEMORY):
+    def __init__(self, fn: Callable, *, name: str | None = None, bound: str = MEMORY,
+                 specialize: Callable[[Any], Callable | None] | None = None, elementwise: bool = False):
         if bound not in (COMPUTE, MEMORY):
             raise ValueError(BAD_BOUND.format(compute=COMPUTE, memory=MEMORY, bound=bound))
         self.fn = fn
@@ -70,8 +71,17 @@ class Primitive:
         # the rule's key (and the op's name in messages): unique, so two primitives of one
         # name never share VJPs
         self.key = self.name if self.name not in RULES else f"{self.name}#{next(_ids)}"
-        self._impls: dict = {}  # dispatcher -> the forward on that backend's arrays
+        self.specialize = specialize
+        self.elementwise = elementwise
+        self._fwd_residuals: Callable | None = None
+        self._one_argument = False
+        self._ops: dict = {}  # dispatcher -> the op on that backend's Tensors (built once)
         _PRIMITIVES.add(self.key)  # (named in vmap's message when it has no batching rule)
+        if elementwise:  # an elementwise op batches by aligning ranks (_batch_rules)
+            from ._batch_rules import elementwise as batch_elementwise
+            from ._batching import BATCH_RULES
+
+            BATCH_RULES[self.key] = batch_elementwise
         functools.update_wrapper(self, fn)
 
     def defvjp(self, *vjps: Callable | None, saves=None, keep_ans: bool = True) -> "Primitive":
@@ -85,7 +95,35 @@ class Primitive:
         """
         if not vjps:
             raise TypeError(BAD_VJP_COUNT.format(name=self.name, got=0))
-        defvjp(self.key, *vjps, bound=self.bound, saves=saves, keep_ans=keep_ans)
+        defvjp(self.key, *vjps, bound=self.bound, saves=saves, keep_ans=keep_ans).elementwise = self.elementwise
+        self._one_argument = len(vjps) == 1
+        self._ops.clear()  # (ops built before refused tracked arguments)
+        return self
+
+    def defvjp_all(self, vjp: Callable) -> "Primitive":
+        """Register one VJP for all arguments: ``vjp(xp, g, ans, args, params, needed)``.
+
+        For arguments that share work (a product's three gradients): it returns
+        one cotangent per positional argument; ``needed[i]`` is None where no
+        cotangent of argument ``i`` is wanted (skip computing it).
+        """
+        defvjp_all(self.key, vjp, bound=self.bound).elementwise = self.elementwise
+        self._one_argument = False
+        self._ops.clear()
+        return self
+
+    def defresiduals(self, fwd: Callable) -> "Primitive":
+        """Register a forward that also returns what the VJPs need: ``fwd(xp, *args, **params)``
+        gives ``(ans, {name: value})`` (JAX's ``custom_vjp`` residuals).
+
+        Recorded on a tape, the op runs ``fwd`` and its VJPs get the values as
+        extra keyword parameters, so a VJP does not recompute what the forward
+        had in hand (a softmax, a normalisation's statistics); untracked, or
+        where checkpointing may recompute the op, the plain forward runs and the
+        VJPs get none of them (they must then compute them).
+        """
+        self._fwd_residuals = fwd
+        self._ops.clear()
         return self
 
     def defjvp(self, jvp: Callable) -> "Primitive":
@@ -133,42 +171,80 @@ class Primitive:
         """Whether VJPs are registered (without them the primitive is a constant op)."""
         return self.key in RULES
 
-    def _impl(self, d):
-        impl = self._impls.get(d)
-        if impl is None:
-            fn, raw_ns = self.fn, d.raw_ns
+    def _forward_on(self, d) -> Callable:
+        """The forward on dispatcher ``d``'s backend arrays: ``specialize``'s kernel for that
+        backend where it gives one, else ``fn`` with the backend namespace."""
+        raw_ns = d.raw_ns
+        kernel = self.specialize(raw_ns) if self.specialize is not None else None
+        if kernel is not None:
+            return kernel
+        fn = self.fn
 
-            def impl(*raw, **params):
-                return fn(raw_ns, *raw, **params)
+        def impl(*raw, **params):
+            return fn(raw_ns, *raw, **params)
 
-            self._impls[d] = impl
         return impl
 
+    def _op(self, d) -> Callable:
+        """This primitive as an op of dispatcher ``d``, built once: untracked inputs take the
+        dispatcher's fast path (the forward and one Tensor, no tape)."""
+        key, impl, fwd_res = self.key, self._forward_on(d), self._fwd_residuals
+        if not self.has_vjp:
+            def op(*args, **params):
+                if any(isinstance(a, Tensor) and getattr(a, "_node", None) is not None
+                       and a.__class__ is not d.B and d.is_differentiable(a)
+                       for a in args):  # (a vmap's batched value is no trace)
+                    raise NotDifferentiableError(NO_VJP.format(name=self.name))  # never cut silently
+                return d.call(key, impl, args, params)
+        elif fwd_res is not None:
+            raw_ns, fast, keeping = d.raw_ns, d.fast_op(key, impl), d.record_keeping
+
+            def with_residuals(*raw, **params):
+                return fwd_res(raw_ns, *raw, **params)
+
+            def op(*args, **params):
+                res = keeping(key, with_residuals, args, params, args)
+                return fast(*args, **params) if res is None else res
+        elif self._one_argument:  # the unary fast path: it keeps only what the VJP reads (saves)
+            unary, fast = d._unary(key, impl), d.fast_op(key, impl)
+
+            def op(*args, **params):
+                return unary(*args) if not params and len(args) == 1 else fast(*args, **params)
+        else:
+            op = d.fast_op(key, impl)
+        self._ops[d] = op
+        return op
+
     def __call__(self, *args: Any, **params: Any) -> Any:
-        d = next((a._ns._dispatch for a in args if isinstance(a, Tensor)), None)  # (a consume()
-        # marker has its namespace per instance)
-        if d is None:  # backend arrays only: the forward as it is
-            arrays = [a for a in args if hasattr(a, "__array_namespace__")]
+        for a in args:
+            if isinstance(a, Tensor):  # (a consume() marker has its namespace per instance)
+                d = a._ns._dispatch
+                break
+        else:  # backend arrays only: the forward as it is
+            arrays = [a for a in args if array_api_compat.is_array_api_obj(a)]
             xp = array_api_compat.array_namespace(*arrays) if arrays else None
             return self.fn(xp, *args, **params)
-        if not self.has_vjp and any(isinstance(a, Tensor) and getattr(a, "_node", None) is not None
-                                    and a.__class__ is not d.B and d.is_differentiable(a)
-                                    for a in args):  # (a vmap's batched value is no trace)
-            raise NotDifferentiableError(NO_VJP.format(name=self.name))  # never cut silently
-        return d.call(self.key, self._impl(d), args, params)
+        op = self._ops.get(d)
+        return (op if op is not None else self._op(d))(*args, **params)
 
     def __repr__(self) -> str:
         return f"<ember.primitive {self.name} ({self.bound}-bound)>"
 
 
-def primitive(fn: Callable | None = None, *, name: str | None = None,
-              bound: str = MEMORY) -> Any:
+def primitive(fn: Callable | None = None, *, name: str | None = None, bound: str = MEMORY,
+              specialize: Callable[[Any], Callable | None] | None = None, elementwise: bool = False) -> Any:
     """Make ``fn(xp, *args, **params)`` one differentiable op; add its VJPs with ``.defvjp``.
 
     ``bound`` says what checkpointing does with its output: ``"memory"``
     (cheap to recompute: ``checkpointing="balanced"`` drops it and recomputes it
     in the backward pass) or ``"compute"`` (worth keeping). Usable bare
     (``@ember.primitive``) or with options (``@ember.primitive(bound="compute")``).
+    ``specialize(xp)`` may give a faster forward for one backend (called once per
+    backend with its namespace; None keeps ``fn``); it must compute the same values.
+    ``elementwise=True`` promises that each output element depends only on the
+    same element of each (broadcast) input: the tape then knows which cotangent
+    elements are exactly zero (symbolic zeros), and forward mode derives the JVP
+    from the VJPs without a reverse pass.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> @ember.primitive
@@ -179,5 +255,5 @@ def primitive(fn: Callable | None = None, *, name: str | None = None,
     12.0
     """
     if fn is None:
-        return lambda f: Primitive(f, name=name, bound=bound)
-    return Primitive(fn, name=name, bound=bound)
+        return lambda f: Primitive(f, name=name, bound=bound, specialize=specialize, elementwise=elementwise)
+    return Primitive(fn, name=name, bound=bound, specialize=specialize, elementwise=elementwise)

@@ -85,7 +85,10 @@ def written(t) -> None:
         root = t
         while entry is not None and entry[0]() is root:  # up: base[key] = view, level by level
             _, base, key = entry
-            new = type(base)._ns._setitem(base, root, key=key)
+            ns = type(base)._ns
+            if ns is None:  # the base was consumed or released: nothing left to write into
+                break
+            new = ns._setitem(base, root, key=key)
             base._value, base._node = new._value, new._node
             root = base
             entry = _base_of.get(id(root))

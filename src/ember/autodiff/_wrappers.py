@@ -9,13 +9,11 @@ unstack, broadcast_arrays, diff) and the backend's own function otherwise.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 
 from .._errors import DTypeError, ShapeError
 from ._tensor import Tensor, raw_value
-from ..kernels import relu as relu_value
 
 
 
@@ -179,76 +177,8 @@ def build(d) -> dict:
 
     out["asarray"] = asarray
 
-    # nn.relu's primitive, on the unary fast path (a partial: no Python frame of its own)
-    out["_relu"] = d._unary("_relu", functools.partial(relu_value, xp))
-
-    # nn.softmax / nn.log_softmax as single primitives: one tape node and a fused VJP
-    # instead of six nodes (max, subtract, exp, sum, log, subtract) and their VJPs;
-    # written with the raw namespace's functions (direct reductions on NumPy)
-    R = d.raw_ns
-    rmax, rsum, exp, log = R.max, R.sum, R.exp, R.log
-
-    def log_softmax_impl(x, axis):
-        s = x - rmax(x, axis=axis, keepdims=True)
-        return s - log(rsum(exp(s), axis=axis, keepdims=True))
-
-    def softmax_impl(x, axis):
-        e = exp(x - rmax(x, axis=axis, keepdims=True))
-        return e / rsum(e, axis=axis, keepdims=True)
-
-    rmean = R.mean
-    from ._rules._util import rows
-
-    def ce_loss(terms, axis, reduction, n=None):
-        """``-sum(terms)`` along ``axis`` per row ("none"), or its sum or mean over the rows,
-        taken as one full sum: reductions along short rows (10 classes) cost NumPy about
-        twice a full one. ``n``: the mean's row count where the caller has it."""
-        if reduction == "none":
-            return -rsum(terms, axis=axis)
-        total = -rsum(terms)
-        if reduction == "sum":
-            return total
-        if n is None:
-            n = mean_rows(terms.shape, axis)
-        if n:  # sizes known and rows there (none: the mean's own NaN and warning, below)
-            return total / n
-        return rmean(-rsum(terms, axis=axis))
-
-    def mean_rows(shape, axis):
-        """The rows a mean over the per-row losses divides by; None where a size is unknown
-        or ``axis`` is out of range (the per-row sum then raises the axis error)."""
-        return rows(shape, axis % len(shape)) if -len(shape) <= axis < len(shape) else None
-
-    def softmax_cross_entropy_impl(z, t, axis, reduction="none"):
-        return ce_loss(t * log_softmax_impl(z, axis), axis, reduction)
-
-    from ._rules.elementwise import ce_dz, shifted_exp
-
-    def softmax_cross_entropy_and_dz(z, t, axis, reduction):
-        """The loss, and its gradient for a unit cotangent: of each row's loss (reduction
-        "none", or where the rows are not counted yet: the VJP's ``dz``), else of the sum or
-        mean itself (its ``dz_unit``, the mean's division done here), as ``(loss, {key: grad})``
-        (record_keeping's ``compute``: the dict goes into the node's params)."""
-        s, e, total = shifted_exp(R, z, axis)
-        dz = ce_dz(R, t, e, total, axis)
-        n = mean_rows(z.shape, axis) if reduction == "mean" else None
-        loss = ce_loss(t * (s - log(total)), axis, reduction, n or None)
-        if reduction == "sum":
-            return loss, {"dz_unit": dz}
-        if reduction == "mean":
-            if n:
-                if R._writes:  # (a fresh buffer of this function's)
-                    dz /= n
-                else:
-                    dz = dz / n
-                return loss, {"dz_unit": dz}
-        return loss, {"dz": dz}
-
-    out["_log_softmax"] = fast_generic("_log_softmax", log_softmax_impl)  # called as (x, axis=a)
-    out["_softmax"] = fast_generic("_softmax", softmax_impl)
-    # nn.cross_entropy: -sum(t * log_softmax(z)) along axis (t: probabilities), then its mean or
-    # sum over the rows (reduction="mean" | "sum"): one node
-    sce_generic = fast_generic("_softmax_cross_entropy", softmax_cross_entropy_impl)
+    # ember.primitive's ops (its fused ops among them, autodiff/fused.py): the generic fast
+    # path, and recording that keeps what a forward computed for the VJP (defresiduals)
     record = d.record_one_level
     from ._op_errors import GENERAL as _GENERAL
 
@@ -279,86 +209,7 @@ def build(d) -> dict:
             res._node.params = {**params, **kept[0]}
         return res
 
-    def softmax_cross_entropy(z, t, /, *, axis, reduction="none"):
-        """Recorded with traced logits, the node keeps the gradient the forward computes
-        anyway (``dz_unit`` for the sum or mean, ``dz`` per row, see record_keeping): the
-        VJP is then one product instead of recomputing the softmax (four reductions along
-        short rows)."""
-        res = record_keeping("_softmax_cross_entropy", softmax_cross_entropy_and_dz, (z, t),
-                             {"axis": axis, "reduction": reduction}, (z,))
-        return sce_generic(z, t, axis=axis, reduction=reduction) if res is None else res
-
-    out["_softmax_cross_entropy"] = softmax_cross_entropy
-
-    # nn.erf (so nn.gelu): the series on backend arrays as one node, its VJP 2/sqrt(pi) exp(-x^2)
-    from ..kernels import erf_series
-
-    kernel = getattr(R, "_erf_kernel", None)  # NumPy: scipy.special.erf if installed, float32/64
-    kernel_dtypes = (R.float32, R.float64) if kernel is not None else ()
-
-    def erf_impl(x):
-        return kernel(x) if x.dtype in kernel_dtypes else erf_series(R, x)
-
-    out["_erf"] = fast_generic("_erf", erf_impl)
-
-    # nn.gelu(approximate=True): one node instead of eight (three products, two sums, tanh...)
-    from ..kernels import gelu_tanh_t, in_place
-
-    def gelu_tanh_impl(x):
-        t = gelu_tanh_t(R, x, x * x)
-        if not in_place(R, x):
-            return (0.5 * x) * (1.0 + t)
-        t += 1.0  # ((1 + t) x) / 2 into t: equal to (x / 2)(1 + t) outside the subnormal range
-        t *= x
-        t *= 0.5
-        return t
-
-    out["_gelu_tanh"] = fast_generic("_gelu_tanh", gelu_tanh_impl)
-
-    # nn.max_pool over windows tiling the input: one node instead of k*k views and k*k-1 maximums
-    from ..kernels import max_pool_tiles
-
-    def max_pool_tiles_impl(x, kernel):
-        return max_pool_tiles(R, x, kernel)
-
-    out["_max_pool_tiles"] = fast_generic("_max_pool_tiles", max_pool_tiles_impl)  # (x, kernel=k)
-
-    # nn.LayerNorm: normalize over the last axes, scale and shift as one node (w, b may be None)
-    from ..kernels import layer_norm
-
-    def layer_norm_impl(x, w, b, *, axes, eps):
-        return layer_norm(R, x, w, b, axes, eps)[0]
-
-    ln_generic = fast_generic("_layer_norm", layer_norm_impl)
-
-    def layer_norm_and_parts(x, w, b, axes, eps):
-        y, parts = layer_norm(R, x, w, b, axes, eps)
-        return y, {"parts": parts}
-
-    def layer_norm_fn(x, w, b, /, *, axes, eps):
-        """Recorded, the node keeps the normalized input and the square roots the forward
-        computes anyway (``parts``, see record_keeping), so the VJP does not recompute them
-        (four passes over ``x``)."""
-        res = record_keeping("_layer_norm", layer_norm_and_parts, (x, w, b), {"axes": axes, "eps": eps},
-                             (x, w, b))
-        return ln_generic(x, w, b, axes=axes, eps=eps) if res is None else res
-
-    out["_layer_norm"] = layer_norm_fn
-
-    # nn.linear: act(x @ w^T + b) as one node (b may be None); NumPy's kernel adds the bias and
-    # the ReLU in place (_direct.py)
-    from ..kernels import check_linear
-
-    rmatmul, rmT, complex_dtypes = R.matmul, R.matrix_transpose, R._complex
-
-    def linear_impl(x, w, b, *, relu=False):
-        check_linear(x, w, b, relu, complex_dtypes)
-        y = rmatmul(x, rmT(w))
-        if b is not None:
-            y = y + b
-        return relu_value(xp, y) if relu else y
-
-    out["_linear"] = fast_generic("_linear", d.fixes.get("_linear") or linear_impl)
+    d.fast_op, d.record_keeping = fast_generic, record_keeping
 
     def copy_impl(x):
         return xp.asarray(x, copy=True)

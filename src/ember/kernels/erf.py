@@ -4,7 +4,7 @@ For |x| <= _ERF_L, erf(x) / x is an even entire function, written as a
 Chebyshev series in u = 2 (x / L)^2 - 1 whose coefficients are computed once
 from math.erf; beyond L the asymptotic series of erfc is used. Absolute error
 is ~1e-16 in float64. ``erf_series(xp, x)`` computes it with namespace ``xp``:
-the wrapper namespaces run it on backend arrays as one primitive (``xp._erf``,
+the wrapper namespaces run it on backend arrays as one primitive (``ember.autodiff.fused.erf``,
 whose VJP is ``2 / sqrt(pi) * exp(-x^2)``), ``nn.erf`` on anything else.
 """
 

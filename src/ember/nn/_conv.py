@@ -17,6 +17,7 @@ import math
 from typing import Any, Callable
 
 from .. import random as _random
+from ..autodiff import fused as _fused
 from ..tree import field
 from . import init as _init
 from ._module import Module
@@ -171,13 +172,10 @@ def _pool(x: Any, nd: int, kernel_size: Any, stride: Any, padding: Any, dilation
     ):
         # Non-overlapping windows tiling the input: combine the k**nd strided views
         # elementwise. (A reduction over the interleaved window axes of a reshape is
-        # some 30x slower in NumPy.) On ember namespaces max pooling is one node whose
-        # gradient goes to each window's first maximal element (row-major, as PyTorch);
-        # the composition on other namespaces splits it among tied elements (any split
-        # is a valid subgradient).
-        fused = getattr(xp, "_max_pool_tiles", None) if kind == "max" else None
-        if fused is not None and math.prod(kernel) > 1 and xp.isdtype(x.dtype, "real floating"):
-            y = fused(x, kernel=kernel)
+        # some 30x slower in NumPy.) Max pooling is one primitive whose gradient goes to
+        # each window's first maximal element (row-major, as PyTorch).
+        if kind == "max" and math.prod(kernel) > 1 and xp.isdtype(x.dtype, "real floating"):
+            y = _fused.max_pool_tiles(x, kernel=kernel)
             return y if batched else y[0, ...]
         y = None
         for offsets in itertools.product(*(range(k) for k in kernel)):

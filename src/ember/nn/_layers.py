@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from .. import random as _random
 from ..autodiff import Tensor
+from ..autodiff import fused as _fused
 from ..kernels import check_linear, layer_norm
 from ..autodiff import raw_value
 from ..func import stop_gradient
@@ -56,9 +57,9 @@ def linear(x: Any, weight: Any, bias: Any = None, *, activation: Callable[[Any],
            ) -> Any:
     """``activation(x @ weight.T + bias)``, ``weight`` of shape ``(out, in)`` (``torch``'s ``F.linear``).
 
-    On ember namespaces, when ``activation`` is None or :func:`relu`, this is
-    one primitive: one tape node whose backward computes the three gradients
-    together (on NumPy the bias and the ReLU go into the product's buffer, and
+    When ``activation`` is None or :func:`relu`, this is one primitive
+    (``ember.autodiff.fused.linear``): one tape node whose backward computes the
+    three gradients together (on NumPy the bias and the ReLU go into the product's buffer, and
     an input with several leading axes is multiplied as one matrix of rows:
     NumPy runs a stacked matmul as one GEMM per matrix).
     Otherwise it composes ``matmul``, ``+`` and ``activation``. Dtypes promote
@@ -68,14 +69,9 @@ def linear(x: Any, weight: Any, bias: Any = None, *, activation: Callable[[Any],
     >>> linear(xp.ones((2, 3)), xp.ones((4, 3)), xp.zeros(4), activation=relu).shape
     (2, 4)
     """
-    c = weight.__class__  # Tensors of one ember namespace, the usual case: their class knows it
-    xp = getattr(c, "_ns", None)  # (namespace()'s first check, without its call)
-    if (xp is None or c is not getattr(xp, "_Tensor", None) or x.__class__ is not c
-            or (bias is not None and bias.__class__ is not c)):
-        xp = namespace(x, weight, bias)
-    fused = getattr(xp, "_linear", None)
-    if fused is not None and (activation is None or activation is relu):
-        return fused(x, weight, bias, relu=activation is relu)
+    if activation is None or activation is relu:
+        return _fused.linear(x, weight, bias, relu=activation is relu)
+    xp = namespace(x, weight, bias)
     check_linear(x, weight, bias)
     y = xp.matmul(x, xp.matrix_transpose(weight))
     if bias is not None:
@@ -211,10 +207,8 @@ class LayerNorm(Module):
     def __call__(self, x: Any) -> Any:
         xp = namespace(x, self.weight)
         axes = tuple(range(x.ndim - len(self.shape), x.ndim))
-        fused = getattr(xp, "_layer_norm", None)  # ember namespaces: one node (real dtypes)
-        if fused is not None and all(a is None or xp.isdtype(a.dtype, "real floating")
-                                     for a in (x, self.weight, self.bias)):
-            return fused(x, self.weight, self.bias, axes=axes, eps=self.eps)
+        if all(a is None or xp.isdtype(a.dtype, "real floating") for a in (x, self.weight, self.bias)):
+            return _fused.layer_norm(x, self.weight, self.bias, axes=axes, eps=self.eps)  # one node
         return layer_norm(xp, x, self.weight, self.bias, axes, self.eps)[0]  # composed
 
 

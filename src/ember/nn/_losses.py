@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..autodiff import fused as _fused
 from ..kernels import shapes_fit
-from ._activations import log_softmax
 from ._util import namespace
 
 __all__ = ["mse", "cross_entropy", "binary_cross_entropy_with_logits", "huber"]
@@ -55,9 +55,9 @@ def cross_entropy(
 
     ``targets`` are integer class indices (``logits.shape`` without ``axis``)
     or class probabilities (``logits.shape``). With ``label_smoothing=e`` the
-    target becomes ``(1 - e) * target + e / num_classes``. On ember namespaces
-    the loss with its reduction is one primitive whose VJP is ``softmax(z) * sum(t) - t``
-    (scaled by the reduction).
+    target becomes ``(1 - e) * target + e / num_classes``. The loss with its
+    reduction is one primitive (``ember.autodiff.fused.softmax_cross_entropy``)
+    whose VJP is ``softmax(z) * sum(t) - t`` (scaled by the reduction).
     """
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(BAD_SMOOTHING.format(value=label_smoothing))
@@ -65,7 +65,6 @@ def cross_entropy(
     lshape, tshape = tuple(logits.shape), tuple(targets.shape)
     ax = axis % len(lshape)
     ncls = lshape[ax]
-    fused = getattr(xp, "_softmax_cross_entropy", None)  # ember namespaces: one primitive
     if targets.dtype == logits.dtype and (tshape == lshape or shapes_fit(tshape, lshape)):
         # probabilities (the fast case)
         onehot = targets
@@ -82,18 +81,11 @@ def cross_entropy(
             onehot = xp.astype(xp.expand_dims(targets, axis=ax) == classes, logits.dtype)
         else:
             onehot = targets
-    if fused is not None:
-        if label_smoothing:  # the same loss as smoothing the target
-            onehot = (1.0 - label_smoothing) * onehot + label_smoothing / ncls
-        if reduction not in _REDUCTIONS:
-            raise ValueError(BAD_REDUCTION.format(op="cross_entropy", value=reduction))
-        return fused(logits, onehot, axis=ax, reduction=reduction)  # the reduction included
-    logp = log_softmax(logits, axis=ax)
-    loss = -xp.sum(onehot * logp, axis=ax)
-    if label_smoothing:
-        smooth = -xp.mean(logp, axis=ax)
-        loss = (1.0 - label_smoothing) * loss + label_smoothing * smooth
-    return _reduce(xp, loss, reduction, "cross_entropy")
+    if label_smoothing:  # the same loss as smoothing the target
+        onehot = (1.0 - label_smoothing) * onehot + label_smoothing / ncls
+    if reduction not in _REDUCTIONS:
+        raise ValueError(BAD_REDUCTION.format(op="cross_entropy", value=reduction))
+    return _fused.softmax_cross_entropy(logits, onehot, axis=ax, reduction=reduction)
 
 
 def binary_cross_entropy_with_logits(

@@ -7,7 +7,7 @@ from typing import Any
 import array_api_compat
 
 from ..autodiff import Tensor
-from ..kernels import erf_series
+from ..autodiff import fused as _fused
 
 BAD_TUPLE = "{op}: {name} must be an int or a tuple of {n} ints, got {value!r}"
 
@@ -62,11 +62,9 @@ def erf(x: Any) -> Any:
     """The error function, written with array-API operations (differentiable).
 
     The standard has no erf: ember sums a Chebyshev series (absolute error
-    ~1e-16 in float64, ``autodiff/_erf.py``). On ember namespaces it is one
-    primitive (``xp._erf``) whose gradient is ``2 / sqrt(pi) * exp(-x^2)``;
+    ~1e-16 in float64, ``ember.kernels.erf``). It is one primitive
+    (``ember.autodiff.fused.erf``) whose gradient is ``2 / sqrt(pi) * exp(-x^2)``;
     on NumPy its kernel is ``scipy.special.erf`` where SciPy is installed
     (float32 and float64; imported at the first call, never with ember).
     """
-    xp = namespace(x)
-    f = getattr(xp, "_erf", None)
-    return f(x) if f is not None else erf_series(xp, x)
+    return _fused.erf(x)

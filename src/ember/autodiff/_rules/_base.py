@@ -28,14 +28,11 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .._api_tables import BINARY, UNARY
+from .._api_tables import COMPUTE_BOUND, ELEMENTWISE
 
 __all__ = ["Rule", "RULES", "defvjp", "defvjp_all", "defjvp", "COMPUTE", "MEMORY", "Spec", "spec_of",
            "NOT_KEPT"]
 
-#: Rules whose output element depends only on the same element of each (broadcast) input.
-_ELEMENTWISE = frozenset(UNARY + BINARY + ["where", "clip", "astype", "copy", "_relu", "_erf",
-                                           "_gelu_tanh"])
 
 COMPUTE = "compute"
 MEMORY = "memory"
@@ -128,7 +125,7 @@ class Rule:
         # elementwise: output element i depends on input elements i only (after broadcasting),
         # so a cotangent known to be zero at some elements stays known zero there for the
         # inputs of the output's shape (symbolic zeros, see _trace._run)
-        self.elementwise = name in _ELEMENTWISE
+        self.elementwise = name in ELEMENTWISE
         # zero_masks(ns, g, zmask, args, params): per argument, a bool mask of the elements
         # whose cotangent this op makes exactly zero (the ones ``x[key] = v`` overwrote, the
         # unselected side of ``where``), or None; ``zmask``: the output's own known zeros
@@ -197,7 +194,14 @@ def _per_argument(fns: Sequence[Callable | None]):
     return vjp
 
 
-def defvjp(name: str, *fns: Callable | None, bound: str = MEMORY, nout: int = 1,
+def _bound(name: str, bound: str | None) -> str:
+    """``bound`` as given, else the op table's (``compute`` where recomputing is dear)."""
+    if bound is not None:
+        return bound
+    return COMPUTE if name in COMPUTE_BOUND else MEMORY
+
+
+def defvjp(name: str, *fns: Callable | None, bound: str | None = None, nout: int = 1,
            raw: bool = True, saves: Sequence[str] | None = None, keep_ans: bool = True) -> Rule:
     """Register per-argument VJPs ``fns[i](ns, g, ans, *args, **params)`` for ``name``.
 
@@ -215,7 +219,7 @@ def defvjp(name: str, *fns: Callable | None, bound: str = MEMORY, nout: int = 1,
     ``defvjp("add", dx, dy, saves=("spec", "spec"), keep_ans=False)`` lets
     ``a + b`` keep no array.
     """
-    rule = Rule(name, _per_argument(fns), bound=bound, nout=nout, raw=raw, saves=saves,
+    rule = Rule(name, _per_argument(fns), bound=_bound(name, bound), nout=nout, raw=raw, saves=saves,
                 keep_ans=keep_ans)
     RULES[name] = rule
     return rule
@@ -234,13 +238,13 @@ def defjvp(name: str, jvp: Callable) -> Rule:
     return rule
 
 
-def defvjp_all(name: str, fn: Callable, *, bound: str = MEMORY, nout: int = 1,
+def defvjp_all(name: str, fn: Callable, *, bound: str | None = None, nout: int = 1,
                deterministic: bool = True, raw: bool = True) -> Rule:
     """Register one VJP ``fn(ns, g, ans, args, params, parents) -> list`` for all arguments.
 
     Used where arguments are variadic (concat, stack) or share work.
     """
-    rule = Rule(name, fn, bound=bound, nout=nout, deterministic=deterministic, raw=raw)
+    rule = Rule(name, fn, bound=_bound(name, bound), nout=nout, deterministic=deterministic, raw=raw)
     RULES[name] = rule
     return rule
 

@@ -37,7 +37,7 @@ import cmath
 import math
 
 from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place
-from ._base import RULES, defjvp, defvjp
+from ._base import RULES, defvjp
 from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, select
 
 _LN2 = math.log(2.0)
@@ -279,12 +279,15 @@ defvjp("copy", lambda ns, g, ans, x: g)
 # nn.relu: max(x, 0) whose derivative at 0 is 0 (PyTorch's and JAX's choice), not maximum's 1/2.
 # The mask is read off the result (relu(x) > 0 exactly where x > 0, NaN included), which the
 # next op usually keeps anyway: the tape need not keep the pre-activation too
-defvjp("_relu", lambda ns, g, ans, x: select(ns, ans > 0, g), saves=("none",))
+def relu_vjp(ns, g, ans, x):
+    return select(ns, ans > 0, g)
 
 
 # nn.erf (one primitive; the forward is a Chebyshev series, see autodiff/_erf.py)
-defvjp("_erf", lambda ns, g, ans, x: g * (2.0 / math.sqrt(math.pi)) * ns.exp(-(x * x)))
-def _gelu_tanh_dx(ns, g, ans, x):
+def erf_vjp(ns, g, ans, x):
+    return g * (2.0 / math.sqrt(math.pi)) * ns.exp(-(x * x))
+
+def gelu_tanh_vjp(ns, g, ans, x):
     # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2), t = tanh(u) (recomputed: one ufunc)
     x2 = x * x
     t = gelu_tanh_t(ns, x, x2)
@@ -307,13 +310,21 @@ def _gelu_tanh_dx(ns, g, ans, x):
     return t
 
 
-defvjp("_gelu_tanh", _gelu_tanh_dx)
 # nn.softmax / nn.log_softmax (one primitive each): y = softmax(x), l = log_softmax(x)
-defvjp("_softmax", lambda ns, g, ans, x, *, axis: ans * (g - ns.sum(g * ans, axis=axis, keepdims=True)))
-defvjp("_log_softmax", lambda ns, g, ans, x, *, axis: g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True))
-defjvp("_softmax", lambda ns, ts, ans, args, p: ans * (ts[0] - ns.sum(ans * ts[0], axis=p["axis"], keepdims=True)))
-defjvp("_log_softmax", lambda ns, ts, ans, args, p: ts[0] - ns.sum(ns.exp(ans) * ts[0], axis=p["axis"],
-                                                                    keepdims=True))
+def softmax_vjp(ns, g, ans, x, *, axis):
+    return ans * (g - ns.sum(g * ans, axis=axis, keepdims=True))
+
+
+def log_softmax_vjp(ns, g, ans, x, *, axis):
+    return g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True)
+
+
+def softmax_jvp(ns, ts, ans, x, *, axis):
+    return ans * (ts[0] - ns.sum(ans * ts[0], axis=axis, keepdims=True))
+
+
+def log_softmax_jvp(ns, ts, ans, x, *, axis):
+    return ts[0] - ns.sum(ns.exp(ans) * ts[0], axis=axis, keepdims=True)
 
 
 def shifted_exp(ns, z, axis):
@@ -342,7 +353,7 @@ def _ce_rows(ns, g, z, axis, reduction):
     return g / rows if rows.__class__ is not int or rows else g  # no rows: an empty gradient
 
 
-def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none", dz=None, dz_unit=None):
+def ce_logits_vjp(ns, g, ans, z, t, *, axis, reduction="none", dz=None, dz_unit=None):
     # d/dz of -sum(t * (z - logsumexp(z))) is softmax(z) * sum(t) - t: kept by the forward
     # (``dz`` per row, or ``dz_unit`` for the reduced loss: see _wrappers.softmax_cross_entropy)
     # or recomputed
@@ -355,19 +366,16 @@ def _ce_logits(ns, g, ans, z, t, *, axis, reduction="none", dz=None, dz_unit=Non
     return fit(ns, _ce_rows(ns, g, z, axis, reduction) * dz, z)
 
 
-def _ce_targets(ns, g, ans, z, t, *, axis, reduction="none", dz=None, dz_unit=None):
+def ce_targets_vjp(ns, g, ans, z, t, *, axis, reduction="none", dz=None, dz_unit=None):
     s, _, total = shifted_exp(ns, z, axis)
     return fit(ns, -_ce_rows(ns, g, z, axis, reduction) * (s - ns.log(total)), t)
 
 
-defvjp("_softmax_cross_entropy", _ce_logits, _ce_targets)
 
 
-def _ce_jvp(ns, tangents, ans, args, params):
+def ce_jvp(ns, tangents, ans, z, t, *, axis, reduction="none", **residuals):
     """The loss's tangent: per row ``<dz, tz> - <tt, log_softmax(z)>``, reduced as the loss."""
-    z, t = args
     tz, tt = tangents
-    axis, reduction = params["axis"], params.get("reduction", "none")
     s, e, total = shifted_exp(ns, z, axis)
     rows = None
     if tz is not None:
@@ -380,5 +388,4 @@ def _ce_jvp(ns, tangents, ans, args, params):
     return ns.mean(rows) if reduction == "mean" else rows
 
 
-defjvp("_softmax_cross_entropy", _ce_jvp)
 defvjp("_to_device", lambda ns, g, ans, x: g.to_device(x.device), raw=False)  # Tensor.to_device

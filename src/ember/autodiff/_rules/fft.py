@@ -17,7 +17,7 @@ have no gradient.
 
 from __future__ import annotations
 
-from ._base import COMPUTE, defvjp
+from ._base import defvjp
 
 _DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho", None: "forward"}
 
@@ -138,15 +138,15 @@ def _hfft(ns, g, ans, x, *, n=None, axis=-1, norm="backward"):
 
 
 # ----- shifts -------------------------------------------------------------------
-defvjp("fft.fft", _c2c_1d(False), bound=COMPUTE)
-defvjp("fft.ifft", _c2c_1d(True), bound=COMPUTE)
-defvjp("fft.fftn", _c2c_nd(False), bound=COMPUTE)
-defvjp("fft.ifftn", _c2c_nd(True), bound=COMPUTE)
-defvjp("fft.rfft", _rfft, bound=COMPUTE)
-defvjp("fft.rfftn", _rfftn, bound=COMPUTE)
-defvjp("fft.irfft", _irfft, bound=COMPUTE)
-defvjp("fft.irfftn", _irfftn, bound=COMPUTE)
-defvjp("fft.hfft", _hfft, bound=COMPUTE)
-defvjp("fft.ihfft", _ihfft, bound=COMPUTE)
+defvjp("fft.fft", _c2c_1d(False))
+defvjp("fft.ifft", _c2c_1d(True))
+defvjp("fft.fftn", _c2c_nd(False))
+defvjp("fft.ifftn", _c2c_nd(True))
+defvjp("fft.rfft", _rfft)
+defvjp("fft.rfftn", _rfftn)
+defvjp("fft.irfft", _irfft)
+defvjp("fft.irfftn", _irfftn)
+defvjp("fft.hfft", _hfft)
+defvjp("fft.ihfft", _ihfft)
 defvjp("fft.fftshift", lambda ns, g, ans, x, *, axes=None: ns.fft.ifftshift(g, axes=axes))
 defvjp("fft.ifftshift", lambda ns, g, ans, x, *, axes=None: ns.fft.fftshift(g, axes=axes))

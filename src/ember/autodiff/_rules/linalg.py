@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 
 from ..._errors import NotDifferentiableError
-from ._base import COMPUTE, defvjp, defvjp_all
+from ._base import defvjp, defvjp_all
 from ._util import abs_slope, expand_reduced, fit, norm_axes
 
 #: Convention for complex cotangents: "pytorch" (conjugate Wirtinger,
@@ -423,20 +423,20 @@ def _diagonal(ns, g, ans, x, *, offset=0):
     return _row(ns, g) * e
 
 
-defvjp("linalg.cholesky", _cholesky, bound=COMPUTE)
-defvjp("linalg.inv", _inv, bound=COMPUTE)
-defvjp("linalg.det", _det, bound=COMPUTE)
-defvjp_all("linalg.slogdet", _slogdet, bound=COMPUTE, nout=2)
-defvjp("linalg.solve", _solve_x1, _solve_x2, bound=COMPUTE)
-defvjp("linalg.pinv", _pinv, bound=COMPUTE)
-defvjp_all("linalg.qr", _qr, bound=COMPUTE, nout=2)
-defvjp_all("linalg.svd", _svd, bound=COMPUTE, nout=3)
-defvjp("linalg.svdvals", _svdvals, bound=COMPUTE)
-defvjp_all("linalg.eigh", _eigh, bound=COMPUTE, nout=2)
-defvjp("linalg.eigvalsh", _eigvalsh, bound=COMPUTE)
-defvjp("linalg.matrix_norm", _matrix_norm, bound=COMPUTE)
+defvjp("linalg.cholesky", _cholesky)
+defvjp("linalg.inv", _inv)
+defvjp("linalg.det", _det)
+defvjp_all("linalg.slogdet", _slogdet, nout=2)
+defvjp("linalg.solve", _solve_x1, _solve_x2)
+defvjp("linalg.pinv", _pinv)
+defvjp_all("linalg.qr", _qr, nout=2)
+defvjp_all("linalg.svd", _svd, nout=3)
+defvjp("linalg.svdvals", _svdvals)
+defvjp_all("linalg.eigh", _eigh, nout=2)
+defvjp("linalg.eigvalsh", _eigvalsh)
+defvjp("linalg.matrix_norm", _matrix_norm)
 defvjp("linalg.vector_norm", _vector_norm)
-defvjp("linalg.matrix_power", _matrix_power, None, bound=COMPUTE)
+defvjp("linalg.matrix_power", _matrix_power, None)
 defvjp("linalg.cross", _cross_1, _cross_2)
 defvjp("linalg.outer", lambda ns, g, ans, a, b: ns.matmul(g, _conj(ns, b)),
        lambda ns, g, ans, a, b: ns.matmul(_conj(ns, a), g))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ._base import COMPUTE, defjvp, defvjp, defvjp_all
+from ._base import defvjp
 from ._util import as_rows, cj, fit, select, select_summed
 
 
@@ -94,16 +94,16 @@ def _vecdot_2(ns, g, ans, x1, x2, *, axis=-1):
     return fit(ns, ns.expand_dims(g, axis=axis) * x1, x2)
 
 
-defvjp("matmul", _matmul_a, _matmul_b, bound=COMPUTE)
-defvjp("tensordot", _tensordot_a, _tensordot_b, bound=COMPUTE)
-defvjp("vecdot", _vecdot_1, _vecdot_2, bound=COMPUTE)
-defvjp("linalg.matmul", _matmul_a, _matmul_b, bound=COMPUTE)
-defvjp("linalg.tensordot", _tensordot_a, _tensordot_b, bound=COMPUTE)
-defvjp("linalg.vecdot", _vecdot_1, _vecdot_2, bound=COMPUTE)
+defvjp("matmul", _matmul_a, _matmul_b)
+defvjp("tensordot", _tensordot_a, _tensordot_b)
+defvjp("vecdot", _vecdot_1, _vecdot_2)
+defvjp("linalg.matmul", _matmul_a, _matmul_b)
+defvjp("linalg.tensordot", _tensordot_a, _tensordot_b)
+defvjp("linalg.vecdot", _vecdot_1, _vecdot_2)
 defvjp("linalg.matrix_transpose", lambda ns, g, ans, x: ns.matrix_transpose(g))
 
 
-def _linear_vjp(ns, g, ans, args, params, parents):
+def linear_vjp(ns, g, ans, args, params, parents):
     """``y = act(x @ w^T + b)``, ``w`` of shape ``(out, in)``, ``b`` of shape ``(out,)`` or None:
     ``gx = g' @ w``, ``gw = g'^T @ x``, ``gb = sum(g')`` (leading axes of x flattened), where
     ``g'`` is ``g`` masked by the ReLU (``relu=True``); complex inputs conjugate as matmul's.
@@ -162,13 +162,8 @@ def _linear_vjp(ns, g, ans, args, params, parents):
     return gx, gw, gb
 
 
-# nn.linear: matmul, bias and ReLU as one node (checked by check_linear; b may be None)
-defvjp_all("_linear", _linear_vjp, bound=COMPUTE)
-
-
-def _linear_jvp(ns, tangents, ans, args, params):
+def linear_jvp(ns, tangents, ans, x, w, b, *, relu=False):
     """``tz = tx @ w^T + x @ tw^T + tb``, masked by the ReLU (``relu=True``) as its VJP is."""
-    x, w, _ = args
     tx, tw, tb = tangents
     tz = None
     if tx is not None:
@@ -180,7 +175,4 @@ def _linear_jvp(ns, tangents, ans, args, params):
         tz = tb if tz is None else tz + tb
     if tz.shape != ans.shape:
         tz = ns.broadcast_to(tz, ans.shape)
-    return select(ns, ans > 0, tz) if params.get("relu") else tz
-
-
-defjvp("_linear", _linear_jvp)
+    return select(ns, ans > 0, tz) if relu else tz

@@ -15,12 +15,11 @@ namespace it is given, so higher orders differentiate it.
 
 from __future__ import annotations
 
-from ._base import defvjp_all
 from ...kernels import layer_norm
 from ._util import fit
 
 
-def _layer_norm_vjp(ns, g, ans, args, params, parents):
+def layer_norm_vjp(ns, g, ans, args, params, parents):
     x, w, b = args
     axes = params["axes"]
     parts = params.get("parts")  # kept by a one-level forward (_wrappers), else recomputed
@@ -36,5 +35,3 @@ def _layer_norm_vjp(ns, g, ans, args, params, parents):
                       - y * ns.mean(gy * y, axis=axes, keepdims=True)) / s, x)
     return gx, gw, gb
 
-
-defvjp_all("_layer_norm", _layer_norm_vjp)

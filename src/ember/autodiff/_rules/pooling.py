@@ -11,12 +11,12 @@ pass and (on Tensors) higher orders alike.
 
 from __future__ import annotations
 
-from ._base import defvjp
+
 from ...kernels import tile_views
 from ._util import products_exact
 
 
-def _max_pool_tiles_vjp(ns, g, ans, x, *, kernel):
+def max_pool_tiles_vjp(ns, g, ans, x, *, kernel):
     # each view's share: g where that view holds its window's max and no earlier view did
     # (exactly 0 elsewhere: products where g is finite, as select() decides, else where)
     exact = products_exact(ns, g)
@@ -59,5 +59,3 @@ def _max_pool_tiles_vjp(ns, g, ans, x, *, kernel):
     perm = tuple(range(lead)) + tuple(a for i in range(nd) for a in (lead + i, lead + nd + i))
     return ns.reshape(ns.permute_dims(stacked, perm), tuple(x.shape))
 
-
-defvjp("_max_pool_tiles", _max_pool_tiles_vjp)

@@ -22,6 +22,7 @@ from hypothesis.extra import numpy as hnp
 
 import ember
 import ember.nn as nn
+from ember.autodiff import fused
 from _gradcheck import (
     BACKENDS,
     arrays,
@@ -182,12 +183,12 @@ def _tie_free(draw):
 
 case("maximum", _tie_free(), lambda xp, x, y: xp.maximum(x, y))
 case("minimum", _tie_free(), lambda xp, x, y: xp.minimum(x, y))
-case("_relu (nn.relu)", args_of(_grid(shapes(), 0.1)), lambda xp, x: xp._relu(x))  # off the kink at 0
-case("_erf (nn.erf)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: xp._erf(x))  # series and tail
-case("_gelu_tanh (nn.gelu, tanh form)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: xp._gelu_tanh(x))
-case("_softmax (nn.softmax)", args_of(arrays(shapes(min_dims=1, min_side=1))), lambda xp, x: xp._softmax(x, axis=-1))
+case("_relu (nn.relu)", args_of(_grid(shapes(), 0.1)), lambda xp, x: fused.relu(x))  # off the kink at 0
+case("_erf (nn.erf)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: fused.erf(x))  # series and tail
+case("_gelu_tanh (nn.gelu, tanh form)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: fused.gelu_tanh(x))
+case("_softmax (nn.softmax)", args_of(arrays(shapes(min_dims=1, min_side=1))), lambda xp, x: fused.softmax(x, axis=-1))
 case("_log_softmax (nn.log_softmax)", args_of(arrays(shapes(min_dims=2, min_side=1))),
-     lambda xp, x: xp._log_softmax(x, axis=0))
+     lambda xp, x: fused.log_softmax(x, axis=0))
 
 
 @st.composite
@@ -208,15 +209,15 @@ def _tiled(draw):
     return draw(distinct(lead + tuple(o * k for o, k in zip(out, kernel)))), kernel
 
 
-case("_max_pool_tiles (nn.max_pool)", _tiled(), lambda xp, x, k: xp._max_pool_tiles(x, kernel=k))
+case("_max_pool_tiles (nn.max_pool)", _tiled(), lambda xp, x, k: fused.max_pool_tiles(x, kernel=k))
 case("_softmax_cross_entropy (nn.cross_entropy)", _logits_targets(),
-     lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=-1))
+     lambda xp, z, t: fused.softmax_cross_entropy(z, t, axis=-1))
 case("_softmax_cross_entropy axis 0", _logits_targets(),
-     lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=0))
+     lambda xp, z, t: fused.softmax_cross_entropy(z, t, axis=0))
 case("_softmax_cross_entropy mean", _logits_targets(),
-     lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=-1, reduction="mean"))
+     lambda xp, z, t: fused.softmax_cross_entropy(z, t, axis=-1, reduction="mean"))
 case("_softmax_cross_entropy sum axis 0", _logits_targets(),
-     lambda xp, z, t: xp._softmax_cross_entropy(z, t, axis=0, reduction="sum"))
+     lambda xp, z, t: fused.softmax_cross_entropy(z, t, axis=0, reduction="sum"))
 
 
 @st.composite
@@ -236,7 +237,7 @@ def _linear_args(draw, bias=True, relu=False):
 for _relu in (False, True):
     for _bias in (True, False):
         case(f"_linear (nn.linear){' relu' if _relu else ''}{'' if _bias else ' no bias'}",
-             _linear_args(_bias, _relu), lambda xp, x, w, b, r=_relu: xp._linear(x, w, b, relu=r))
+             _linear_args(_bias, _relu), lambda xp, x, w, b, r=_relu: fused.linear(x, w, b, relu=r))
 
 
 @st.composite
@@ -252,7 +253,7 @@ def _layer_norm_args(draw, affine=True):
 
 def _layer_norm_of(xp, x, w, b):
     k = 1 if w is None else w.ndim
-    return xp._layer_norm(x, w, b, axes=tuple(range(x.ndim - k, x.ndim)), eps=1e-5)
+    return fused.layer_norm(x, w, b, axes=tuple(range(x.ndim - k, x.ndim)), eps=1e-5)
 
 
 for _affine in (True, False):
@@ -784,7 +785,7 @@ def test_every_owned_rule_is_in_the_table():
         return {getattr(f, "__module__", None) for f in fns}
 
     indirect = {"getitem", "setitem", "index_add", "copy", "_to_device",  # via operators / rules
-                "mask_scatter", "mask_gather"}  # (Dask's x[mask] at unknown sizes: tests/test_dask.py)
+                "mask_scatter", "mask_gather"}  # (Dask's x[mask] at unknown sizes: tests/autodiff/test_dask.py)
     ids = " ".join(p.id for p in CASES)
     mine = [n for n, r in RULES.items() if r.vjp is not None and modules(r) & owned and "." not in n]
     assert len(mine) > 60

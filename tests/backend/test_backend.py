@@ -177,7 +177,7 @@ def test_import_is_lazy():
 def _repo_root() -> str:
     import pathlib
 
-    return str(pathlib.Path(__file__).resolve().parents[1])
+    return str(pathlib.Path(__file__).resolve().parents[2])
 
 
 # --- capabilities -------------------------------------------------------------

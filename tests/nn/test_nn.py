@@ -18,7 +18,7 @@ import ember.nn as nn
 import ember.random as er
 import ember.tree as tree
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mlp(xp_=xp):

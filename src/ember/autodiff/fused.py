@@ -1,0 +1,178 @@
+"""ember's own fused ops, each one :func:`ember.primitive`: one tape node and a fused VJP.
+
+``ember.nn`` builds its layers from these (``linear``, ``layer_norm``, ``relu``,
+``gelu_tanh``, ``erf``, ``softmax``, ``log_softmax``, ``softmax_cross_entropy``,
+``max_pool_tiles``) through the same public API a user's primitive takes
+(``defvjp``, ``defvjp_all``, ``defjvp``, ``defresiduals``, ``specialize``), so
+they work under every transform and on every backend. On backend arrays that
+are not Tensors each is just its forward. The forwards are ``ember.kernels``'
+array-API math; the VJPs live with the other rules in ``autodiff/_rules``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels import check_linear, erf_series, gelu_tanh_t, in_place, layer_norm as _layer_norm
+from ..kernels import max_pool_tiles as _max_pool_tiles
+from ..kernels import relu as _relu
+from ._primitive import Primitive
+from ._rules import elementwise as _ew
+from ._rules.linear import linear_jvp, linear_vjp
+from ._rules.normalization import layer_norm_vjp
+from ._rules.pooling import max_pool_tiles_vjp
+from ._rules._util import rows as _rows
+
+__all__ = ["relu", "erf", "gelu_tanh", "softmax", "log_softmax", "softmax_cross_entropy",
+           "layer_norm", "max_pool_tiles", "linear"]
+
+
+def _complex_dtypes(xp) -> tuple:
+    return getattr(xp, "_complex", None) or tuple(
+        getattr(xp, n) for n in ("complex64", "complex128") if hasattr(xp, n))
+
+
+# ----- elementwise -----------------------------------------------------------------------------
+relu = Primitive(_relu, name="_relu", elementwise=True)
+"""``max(x, 0)`` in x's dtype; the gradient at 0 is 0 (PyTorch's and JAX's choice). The mask is
+read off the result (relu(x) > 0 exactly where x > 0), so the tape keeps no input."""
+relu.defvjp(_ew.relu_vjp, saves=("none",))
+
+
+def _erf_forward(xp, x):
+    kernel = getattr(xp, "_erf_kernel", None)  # NumPy: scipy.special.erf where installed
+    if kernel is not None and x.dtype in (xp.float32, xp.float64):
+        return kernel(x)
+    return erf_series(xp, x)
+
+
+erf = Primitive(_erf_forward, name="_erf", elementwise=True)
+"""The error function (a Chebyshev series; SciPy's kernel on NumPy where installed)."""
+erf.defvjp(_ew.erf_vjp)
+
+
+def _gelu_tanh_forward(xp, x):
+    t = gelu_tanh_t(xp, x, x * x)
+    if not in_place(xp, x):
+        return (0.5 * x) * (1.0 + t)
+    t += 1.0  # ((1 + t) x) / 2 into t: equal to (x / 2)(1 + t) outside the subnormal range
+    t *= x
+    t *= 0.5
+    return t
+
+
+gelu_tanh = Primitive(_gelu_tanh_forward, name="_gelu_tanh", elementwise=True)
+"""GELU's tanh form ``0.5 x (1 + tanh(u))`` as one node instead of eight."""
+gelu_tanh.defvjp(_ew.gelu_tanh_vjp)
+
+
+# ----- softmax and the cross-entropy -----------------------------------------------------------
+def _log_softmax_forward(xp, x, axis):
+    s = x - xp.max(x, axis=axis, keepdims=True)
+    return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
+
+
+def _softmax_forward(xp, x, axis):
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+softmax = Primitive(_softmax_forward, name="_softmax")
+"""``exp(x) / sum(exp(x))`` along ``axis``; VJP ``y * (g - sum(g * y))``."""
+softmax.defvjp(_ew.softmax_vjp).defjvp(_ew.softmax_jvp)
+log_softmax = Primitive(_log_softmax_forward, name="_log_softmax")
+"""``x - logsumexp(x)`` along ``axis``; VJP ``g - exp(l) * sum(g)``."""
+log_softmax.defvjp(_ew.log_softmax_vjp).defjvp(_ew.log_softmax_jvp)
+
+
+def _mean_rows(shape, axis):
+    """The rows a mean over the per-row losses divides by; None where a size is unknown or
+    ``axis`` is out of range (the per-row sum then raises the axis error)."""
+    return _rows(shape, axis % len(shape)) if -len(shape) <= axis < len(shape) else None
+
+
+def _ce_loss(xp, terms, axis, reduction, n=None):
+    """``-sum(terms)`` along ``axis`` per row ("none"), or its sum or mean over the rows, taken
+    as one full sum: reductions along short rows (10 classes) cost NumPy about twice a full
+    one. ``n``: the mean's row count where the caller has it."""
+    if reduction == "none":
+        return -xp.sum(terms, axis=axis)
+    total = -xp.sum(terms)
+    if reduction == "sum":
+        return total
+    if n is None:
+        n = _mean_rows(terms.shape, axis)
+    if n:  # sizes known and rows there (none: the mean's own NaN and warning)
+        return total / n
+    return xp.mean(-xp.sum(terms, axis=axis))
+
+
+def _ce_forward(xp, z, t, axis, reduction="none"):
+    return _ce_loss(xp, t * _log_softmax_forward(xp, z, axis), axis, reduction)
+
+
+def _ce_forward_and_dz(xp, z, t, axis, reduction="none"):
+    """The loss, and its gradient for a unit cotangent as the VJP's residual: of each row's
+    loss (reduction "none", or where the rows are not counted yet: ``dz``), else of the sum
+    or mean itself (``dz_unit``, the mean's division done here)."""
+    s, e, total = _ew.shifted_exp(xp, z, axis)
+    dz = _ew.ce_dz(xp, t, e, total, axis)
+    n = _mean_rows(z.shape, axis) if reduction == "mean" else None
+    loss = _ce_loss(xp, t * (s - xp.log(total)), axis, reduction, n or None)
+    if reduction == "sum":
+        return loss, {"dz_unit": dz}
+    if reduction == "mean" and n:
+        if getattr(xp, "_writes", False):  # (a fresh buffer of this function's)
+            dz /= n
+        else:
+            dz = dz / n
+        return loss, {"dz_unit": dz}
+    return loss, {"dz": dz}
+
+
+softmax_cross_entropy = Primitive(_ce_forward, name="_softmax_cross_entropy")
+"""``-sum(t * log_softmax(z))`` along ``axis`` (``t``: probabilities), then its mean or sum over
+the rows (``reduction="mean" | "sum"``); recorded, the node keeps the gradient the forward
+computes anyway, so the VJP is one product."""
+softmax_cross_entropy.defvjp(_ew.ce_logits_vjp, _ew.ce_targets_vjp).defjvp(_ew.ce_jvp)
+softmax_cross_entropy.defresiduals(_ce_forward_and_dz)
+
+
+# ----- normalization, pooling, linear ----------------------------------------------------------
+def _layer_norm_forward(xp, x, w, b, *, axes, eps):
+    return _layer_norm(xp, x, w, b, axes, eps)[0]
+
+
+def _layer_norm_and_parts(xp, x, w, b, *, axes, eps):
+    y, parts = _layer_norm(xp, x, w, b, axes, eps)
+    return y, {"parts": parts}
+
+
+layer_norm = Primitive(_layer_norm_forward, name="_layer_norm")
+"""Normalize over ``axes``, scale by ``w`` and shift by ``b`` (either may be None); recorded,
+the node keeps the normalized input and the square roots for its VJP."""
+layer_norm.defvjp_all(layer_norm_vjp).defresiduals(_layer_norm_and_parts)
+
+max_pool_tiles = Primitive(_max_pool_tiles, name="_max_pool_tiles")
+"""The maxima of windows tiling the last ``len(kernel)`` axes; the gradient goes to each
+window's first maximal element (row-major, as PyTorch)."""
+max_pool_tiles.defvjp(max_pool_tiles_vjp)
+
+
+def _linear_forward(xp, x, w, b, *, relu=False):
+    check_linear(x, w, b, relu, _complex_dtypes(xp))
+    y = xp.matmul(x, xp.matrix_transpose(w))
+    if b is not None:
+        y = y + b
+    return _relu(xp, y) if relu else y
+
+
+def _linear_kernel(xp: Any):
+    """NumPy's (ufunc backends'): the bias and the ReLU written into the product's buffer."""
+    return getattr(xp, "_linear", None)
+
+
+linear = Primitive(_linear_forward, name="_linear", bound="compute", specialize=_linear_kernel)
+"""``act(x @ w^T + b)``, ``w`` of shape ``(out, in)``, ``b`` None or ``(out,)``, ``act`` the ReLU
+where ``relu=True``: one node whose VJP computes the three gradients together."""
+linear.defvjp_all(linear_vjp).defjvp(linear_jvp)
