@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import warnings
 
-from .._errors import BatchingError, ShapeError, VmapFallbackWarning
+from .._errors import BatchingError, VmapFallbackWarning
 from ._rules import RULES, SELECT
 from ._tensor import Tensor
 from ._trace import Trace, make_node
 
 __all__ = ["BatchTrace", "BatchedArgument", "Batched", "batched_class", "dispatch", "is_batched",
-           "BatchingError", "VmapFallbackWarning", "BATCH_RULES", "defvmap"]
+           "wrap", "BATCH_RULES", "defvmap", "loop_rule", "OPEN"]
 
 NO_RULE = (
     "ember.vmap: no batching rule for op {name!r}, so it cannot run on a batch of {size} "
@@ -331,13 +331,3 @@ def _record(d, top, name, impl, norm, params):
         else:
             outs.append(a)
     return type(ans)(*outs) if hasattr(ans, "_fields") else tuple(outs)
-
-
-def check_size(name, sizes) -> int:
-    """The one batch size of ``sizes`` (leaf description -> size), else a ShapeError."""
-    distinct = {s for s in sizes.values()}
-    if len(distinct) > 1:
-        listing = ", ".join(f"{k}: {v}" for k, v in sizes.items())
-        raise ShapeError(f"{name}: the mapped axes have different sizes ({listing}); every "
-                         "mapped argument must have the same size along its in_axes axis")
-    return distinct.pop()

@@ -39,12 +39,12 @@ NOTHING_MAPPED = (
     "size is unknown. Map at least one argument (in_axes=0)"
 )
 OUT_UNBATCHED = (
-    "vmap: out_axes is None for output {where}, but that output differs between examples (it is "
+    "vmap: out_axes is None for {where}, but that output differs between examples (it is "
     "batched). Give it an axis (out_axes=0) or return a value that does not depend on the mapped "
     "arguments"
 )
 OUT_NOT_ARRAY = (
-    "vmap: output {where} is a {kind}, not an array, so it cannot be stacked along out_axes; "
+    "vmap: {where} is a {kind}, not an array, so it cannot be stacked along out_axes; "
     "return an array (xp.asarray(...)) or give it out_axes=None"
 )
 FALLBACKS = ("error", "loop")
@@ -93,8 +93,13 @@ def _leaf_axes(spec, x, what, of) -> list:
     return [b.axis for b in boxed]
 
 
-def _describe(i) -> str:
-    return f"leaf {i}"
+def _names(paths) -> list:
+    """How errors name each leaf of ``(args, kwargs)``: "argument 1.w", "keyword k"."""
+    out = []
+    for p in paths:
+        head, _, rest = str(p).partition(".")
+        out.append(f"argument {rest}" if head == "0" else f"keyword {rest}")
+    return out
 
 
 def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *, fallback: str = "error") -> Callable:
@@ -129,7 +134,8 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *, fallback: str = "e
                 f"{len(args)} positional arguments; give one entry per positional argument")
         leaves, treedef = _tree.flatten((args, kwargs))
         axes = _leaf_axes((spec, 0), (args, kwargs), "in_axes", "positional arguments")
-        size, raw_only, ns = _batch_size(leaves, axes)
+        names = _names(_tree.paths((args, kwargs)))
+        size, raw_only, ns = _batch_size(leaves, axes, names)
         # rules may test a rare case with bool(xp.any(...)) where that is cheap; on batched
         # values the test is per example, so they take their general branch instead
         cheap = ns._cheap_any
@@ -141,7 +147,8 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *, fallback: str = "e
                 res = f(*bargs, **bkwargs)
                 out_leaves, out_def = _tree.flatten(res)
                 oaxes = _leaf_axes(out_axes, res, "out_axes", "function's result")
-                outs = [_output(y, a, trace, i) for i, (y, a) in enumerate(zip(out_leaves, oaxes))]
+                onames = [f"result {p}" if str(p) else "the result" for p in _tree.paths(res)]
+                outs = [_output(y, a, trace, n) for n, y, a in zip(onames, out_leaves, oaxes)]
         finally:
             ns._cheap_any = cheap
         if raw_only:
@@ -151,7 +158,7 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *, fallback: str = "e
     return wrapped
 
 
-def _batch_size(leaves, axes):
+def _batch_size(leaves, axes, names):
     """The batch size (the mapped axes' one size), whether every array leaf came in raw, and
     the namespace of the mapped arrays."""
     sizes = {}
@@ -165,8 +172,8 @@ def _batch_size(leaves, axes):
         shape = tuple(x.shape)
         nd = len(shape)
         if not -nd <= a < nd:
-            raise AxisError(AXIS_RANGE.format(axis=a, where=_describe(i), shape=shape, nd=nd))
-        sizes[f"{_describe(i)} (shape {shape}, axis {a})"] = shape[a]
+            raise AxisError(AXIS_RANGE.format(axis=a, where=names[i], shape=shape, nd=nd))
+        sizes[f"{names[i]} (shape {shape}, axis {a})"] = shape[a]
         if ns is None:
             ns = type(x)._ns if isinstance(x, Tensor) else namespace(x)
     if not sizes:
@@ -192,16 +199,16 @@ def _batched_input(x, axis, trace):
     return _wrap_batched(ns._dispatch, trace, x)
 
 
-def _output(y, axis, trace, i):
+def _output(y, axis, trace, where):
     """Result leaf ``y`` stacked along ``axis`` (a leaf the same for every example is
     broadcast), or returned as it is for axis None."""
     if is_batched(y, trace):
         if axis is None:
-            raise BatchingError(OUT_UNBATCHED.format(where=_describe(i)))
+            raise BatchingError(OUT_UNBATCHED.format(where=where))
         v = y._value
         nd = v.ndim
         if not -nd <= axis < nd:
-            raise AxisError(f"vmap: out_axes {axis} is out of range for output {_describe(i)} of "
+            raise AxisError(f"vmap: out_axes {axis} is out of range for {where} of "
                             f"{nd - 1} dimensions per example")
         a = axis % nd
         return type(v)._ns.moveaxis(v, 0, a) if a else v
@@ -209,12 +216,12 @@ def _output(y, axis, trace, i):
         return y
     if not isinstance(y, Tensor):
         if not hasattr(y, "shape"):
-            raise BatchingError(OUT_NOT_ARRAY.format(where=_describe(i), kind=type(y).__name__))
+            raise BatchingError(OUT_NOT_ARRAY.format(where=where, kind=type(y).__name__))
         y = namespace(y).asarray(y)
     yns = type(y)._ns
     nd = y.ndim + 1
     if not -nd <= axis < nd:
-        raise AxisError(f"vmap: out_axes {axis} is out of range for output {_describe(i)} of "
+        raise AxisError(f"vmap: out_axes {axis} is out of range for {where} of "
                         f"{nd - 1} dimensions per example")
     full = yns.broadcast_to(yns.expand_dims(y, axis=0), (trace.size, *tuple(y.shape)))
     a = axis % nd
