@@ -86,6 +86,10 @@ def test_vmap_of_jvp(xp):
     check(xp, jv, xs, ts)
     check(xp, jv, xs, ts[0, ...], in_axes=(0, None))
     check(xp, lambda a: ember.jacfwd(g)(a), xs, tol=1e-10)
+    # forward mode around the batch: the tangent of the batched function
+    out, tan = ember.jvp(ember.vmap(g), (xs,), (ts,))
+    want = loop(xp, jv, (xs, ts), (0, 0))
+    assert_close((out, tan), want)
 
 
 def test_checkpoint_under_vmap(xp):
