@@ -277,6 +277,26 @@ def test_nn_fused(xp, n, rows, c):
     check(xp, ember.grad(lambda m, a: xp.sum(m(a) ** 3)), ln, z, in_axes=(None, 0), tol=1e-10)
 
 
+def test_conv_and_pooling(xp):
+    """Per-example images through a conv layer, ReLU and pooling, and their gradients."""
+    conv = ember.nn.Conv2d.init(ember.random.key(0), 2, 3, 3, xp=xp, dtype=xp.float64)
+    x = rand(xp, (3, 2, 6, 6))
+    f = lambda a: ember.nn.max_pool(ember.nn.relu(conv(a)), 2)  # noqa: E731
+    check(xp, f, x, tol=1e-10)
+    check(xp, lambda a: ember.nn.avg_pool(a, 2), x, tol=1e-10)
+    loss = lambda m, a: xp.sum(ember.nn.max_pool(ember.nn.relu(m(a)), 2) ** 2)  # noqa: E731
+    check(xp, ember.grad(loss), conv, x, in_axes=(None, 0), tol=1e-10)
+
+
+def test_full_with_a_batched_fill(xp):
+    f = lambda a: xp.full((2, 3), a, dtype=xp.float64)  # noqa: E731
+    try:
+        f(xp.asarray(1.0))
+    except TypeError:  # array-api-strict takes Python scalars only, even unbatched
+        return
+    check(xp, f, rand(xp, (4,)))
+
+
 # ---------------------------------------------------------------------- axes and structures
 def test_in_axes_other_than_zero(xp):
     x = rand(xp, (3, 4, 2))

@@ -604,6 +604,24 @@ BATCH_RULES.update(getitem=_getitem, setitem=_setitem, index_add=_setitem, take=
                    take_along_axis=_take_along_axis)
 
 
+def _full(c, vals, batched, params):
+    """``full(shape, fill_value)`` with a batched 0-d fill: the fills broadcast over the shape."""
+    shape = _get(vals, params, 0, "shape", ())
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    fill = _get(vals, params, 1, "fill_value", None)
+    if batched[0] or fill.ndim != 1:
+        return _missing(c, vals, batched, params)
+    ns = c.ns
+    dtype = params.get("dtype")
+    if dtype is not None and dtype != fill.dtype:
+        fill = ns.astype(fill, dtype)
+    out = ns.broadcast_to(ns.reshape(fill, (c.size, *([1] * len(shape)))), (c.size, *shape))
+    return ns.asarray(out, copy=True)
+
+
+BATCH_RULES["full"] = _full
+
+
 def _searchsorted(c, vals, batched, params):
     if batched[0]:
         return _missing(c, vals, batched, params)
