@@ -131,6 +131,9 @@ def test_matmul_family(xp, n, m, k, p, stack):
     check(xp, lambda a, b: xp.linalg.outer(a, b), v, rand(xp, (p,), 10), in_axes=(0, None))
     check(xp, lambda a, b: xp.linalg.outer(a, b), v, w)
     check(xp, lambda a: xp.matrix_transpose(a), A)
+    u, u2 = rand(xp, (n, 3), 11), rand(xp, (n, 2, 3), 12)
+    check(xp, lambda a, b: xp.linalg.cross(a, b), u, u2)  # ranks broadcast
+    check(xp, lambda a, b: xp.linalg.cross(a, b), u2, rand(xp, (3,), 13), in_axes=(0, None))
 
 
 @FAST
