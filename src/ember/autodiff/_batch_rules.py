@@ -113,6 +113,8 @@ def register(names, rule):
 # ---------------------------------------------------------------------- elementwise
 def elementwise(c, vals, batched, params):
     """Ranks aligned so the batch axis stays in front; unbatched operands broadcast as they are."""
+    if len(vals) == 1:  # (a unary op: nothing to align)
+        return c.op(vals, params)
     nd = max(_nd(v, b) for v, b in zip(vals, batched))
     out = [_expand(c, v, nd - (v.ndim - 1)) if b and v.ndim - 1 < nd else v
            for v, b in zip(vals, batched)]

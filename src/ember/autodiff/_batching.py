@@ -24,6 +24,7 @@ from __future__ import annotations
 import warnings
 
 from .._errors import BatchingError, VmapFallbackWarning
+from ._op_errors import op_error
 from ._rules import RULES, SELECT
 from ._tensor import Tensor
 from ._trace import Trace, make_node
@@ -204,8 +205,30 @@ class Ctx:
         self.trace = trace
 
     def op(self, args, params):
-        """The op itself one level down (on values already laid out for the batch)."""
-        return self.d.call(self.name, self.impl, tuple(args), params)
+        """The op itself one level down (on values already laid out for the batch): on untracked
+        Tensors and Python scalars (the usual level below a vmap) the backend function and one
+        wrap, else the dispatcher."""
+        d = self.d
+        T = d.T
+        raw = []
+        for a in args:
+            c = a.__class__
+            if c is T and a._node is None:
+                raw.append(a._value)
+            elif c is float or c is int or c is bool or a is None:
+                raw.append(a)
+            else:
+                return d.call(self.name, self.impl, tuple(args), params)
+        try:
+            v = self.impl(*raw, **params)
+        except Exception as e:
+            raise op_error(self.name, e, raw) from e
+        if v.__class__ is d.A:
+            t = T()
+            t._value = v
+            t._node = None
+            return t
+        return d.wrap_out(v)
 
 
 # ---------------------------------------------------------------------- dispatch
