@@ -43,6 +43,7 @@ SCRIPTS = (
     "long_chain",
     "higher_order",
     "forward_mode",
+    "vmap",
     "graph",
     "cnn",
     "transformer",

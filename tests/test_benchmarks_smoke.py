@@ -186,6 +186,7 @@ def _check_json(path, name, unit, impls):
         ("higher_order", lambda m: m.workloads(peers=("ember",)), "ember-grad,ember-grad2", "us/op"),
         ("forward_mode", lambda m: m.workloads()[:1], "ember-forward,ember-jvp", "us/op"),
         ("forward_mode", lambda m: m.workloads()[1:], "ember-forward,ember-jvp", "ms/call"),
+        ("vmap", lambda m: m.workloads(batch=4), "ember-vmap,ember-loop", "ms/call"),
     ],
 )
 def test_workload_scripts_tiny(script, make, only, unit, tmp_path, monkeypatch):

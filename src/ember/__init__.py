@@ -7,6 +7,8 @@
 
 from ._errors import (
     AxisError,
+    BatchingError,
+    VmapFallbackWarning,
     BackendError,
     BackendNotInstalledError,
     ConsumedError,
@@ -37,6 +39,7 @@ from .func import (
     stop_gradient,
     value_and_grad,
     vjp,
+    vmap,
 )
 from .tree import field
 from ._compute import compute, persist
@@ -58,6 +61,7 @@ __all__ = [
     "grad",
     "value_and_grad",
     "vjp",
+    "vmap",
     "stop_gradient",
     "jvp",
     "jacfwd",
@@ -90,6 +94,8 @@ __all__ = [
     "EmberError",
     "ShapeError",
     "AxisError",
+    "BatchingError",
+    "VmapFallbackWarning",
     "OutOfRangeError",
     "ReadOnlyError",
     "DTypeError",

@@ -22,6 +22,9 @@ __all__ = [
     "ReuseError",
     "FileFormatError",
     "TracingError",
+    "RetraceWarning",
+    "BatchingError",
+    "VmapFallbackWarning",
 ]
 
 
@@ -87,3 +90,13 @@ class TracingError(EmberError, TypeError):
 class RetraceWarning(UserWarning):
     """``ember.jit`` keeps tracing a function again because Python numbers in its arguments
     change from call to call (each value is part of the signature)."""
+
+
+class BatchingError(EmberError, ValueError):
+    """An op cannot run on a batch under :func:`ember.vmap` (no batching rule, a batched value
+    where Python needs one number, or one kept past its vmap)."""
+
+
+class VmapFallbackWarning(UserWarning):
+    """An op without a batching rule ran once per example (``ember.vmap(..., fallback="loop")``,
+    or a primitive's ``defvmap("loop")``): correct but slow."""

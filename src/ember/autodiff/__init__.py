@@ -14,6 +14,7 @@ from ._tensor import Tensor, raw_value
 from ._trace import Trace
 from ._checkpoint import memory_report
 from ._primitive import Primitive, primitive
+from . import _batch_rules  # noqa: F401  (fills the batching rules table)
 from . import fused
 from ._jvp import forward_trace, leaf as track_forward, tangent_of
 

@@ -73,7 +73,10 @@ def leaf(trace: Trace, x: Tensor, tangent) -> Tensor:
     node = LeafNode(trace, ns)
     node.g = tangent
     make = ns._dispatch.make  # the trace's own handle on x's value, never the caller's (ownership)
-    return make(make(x._value, x._node), node)
+    inner = x.__class__()  # (x's own class: a vmap's batched value stays batched)
+    inner._value = x._value
+    inner._node = x._node
+    return make(inner, node)
 
 
 # ---------------------------------------------------------------------- the tangent of one op

@@ -31,6 +31,9 @@ from ._op_errors import GENERAL as _GENERAL
 from ._op_errors import op_error
 from ._op_errors import reference_signature as _reference_signature
 from ._rules import RULES, SELECT
+from ._batching import OPEN as _BATCHING
+from ._batching import BatchedArgument, batched_class
+from ._batching import dispatch as _batch_dispatch
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
 from ._trace import Node, make_node, active_traces
@@ -142,6 +145,8 @@ class _Dispatcher:
         T.__module__ = "ember"
         self.T = T
         mod._Tensor = T
+        # values batched by ember.vmap: a subclass, so no fast path takes them (_batching)
+        self.B = mod._Batched = batched_class(T)
 
         def wrap(v, node=None):
             if v.__class__ is not A:
@@ -198,6 +203,10 @@ class _Dispatcher:
 
     def check_own(self, a, op):
         if a.__class__ is not self.T:
+            if a.__class__ is self.B:
+                from ._batching import BATCHED_KEY, BatchingError
+
+                raise BatchingError(BATCHED_KEY.format(op=op))
             from ._ownership import check_alive
 
             check_alive(a, op)
@@ -230,6 +239,8 @@ class _Dispatcher:
         if isinstance(a, Tensor):
             if c is Owned:
                 return claim(self, op, a)
+            if c is self.B:  # a vmap's batched value: the batching interpreter's call
+                raise BatchedArgument
             self.check_own(a, op)
         if a is None or c in _SCALARS or c is type:  # a type: a dtype such as numpy.float64
             return a
@@ -256,6 +267,8 @@ class _Dispatcher:
             self._claims = []
             same_twice(name, args)
             raise
+        except BatchedArgument:  # (raised by normalize: no cost to calls without one)
+            return _batch_dispatch(self, name, impl, args, params)
         T = self.T
         top = None
         for a in norm:
@@ -279,6 +292,11 @@ class _Dispatcher:
             else:
                 fail_claims(self, name, claims, "tape")
         if rule is None:
+            if top is not None and _BATCHING:  # a vmap is open: a level below may be batched,
+                # which raw_value would strip; the op one level down, as recording would
+                return self.call(name, impl, tuple(
+                    [a._value if a.__class__ is T and a._node is not None and a._node.trace is top
+                     else a for a in norm]), params)
             raw = [raw_value(a) if a.__class__ is T else a for a in norm]
             try:
                 out = impl(*raw, **params)
@@ -852,6 +870,8 @@ class _Dispatcher:
                 before_write(self, f"__i{_OP_OF[fname]}__")
                 new = getattr(mod, fname)(self, other)
                 _check_inplace(f"__i{_OP_OF[fname]}__", self, new)
+                if new.__class__ is not self.__class__:  # a batched value written in (vmap)
+                    self.__class__ = new.__class__
                 self._value, self._node = new._value, new._node
                 written(self)  # views of self, and what self views, see the write (_views)
                 return self
@@ -927,6 +947,8 @@ class _Dispatcher:
             before_write(self, "__setitem__")
             new = mod._setitem(self, value, key=k)
             _check_inplace("__setitem__", self, new)
+            if new.__class__ is not self.__class__:  # a batched value written in (vmap)
+                self.__class__ = new.__class__
             self._value, self._node = new._value, new._node
             written(self)  # views of self, and what self views, see the write (_views)
 

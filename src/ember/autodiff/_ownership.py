@@ -364,7 +364,10 @@ def share(x):
     check_alive(x, "share")
     if x.__class__ is Owned:
         x = x._plain()
-    return x._ns._dispatch.make(x._value, x._node)
+    h = x.__class__()  # (of x's own class: a vmap's batched value stays batched)
+    h._value = x._value
+    h._node = x._node
+    return h
 
 
 def clone(x):

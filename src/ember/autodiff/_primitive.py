@@ -30,6 +30,7 @@ import array_api_compat
 
 from .._errors import NotDifferentiableError
 from ._rules._base import COMPUTE, MEMORY, RULES, defjvp, defvjp, defvjp_all
+from ._batching import _PRIMITIVES
 from ._tensor import Tensor
 
 __all__ = ["primitive", "Primitive"]
@@ -75,6 +76,12 @@ class Primitive:
         self._fwd_residuals: Callable | None = None
         self._one_argument = False
         self._ops: dict = {}  # dispatcher -> the op on that backend's Tensors (built once)
+        _PRIMITIVES.add(self.key)  # (named in vmap's message when it has no batching rule)
+        if elementwise:  # an elementwise op batches by aligning ranks (_batch_rules)
+            from ._batch_rules import elementwise as batch_elementwise
+            from ._batching import BATCH_RULES
+
+            BATCH_RULES[self.key] = batch_elementwise
         functools.update_wrapper(self, fn)
 
     def defvjp(self, *vjps: Callable | None, saves=None, keep_ans: bool = True) -> "Primitive":
@@ -133,6 +140,32 @@ class Primitive:
                                                                      **params))
         return self
 
+    def defvmap(self, rule: Callable | str) -> "Primitive":
+        """Register how the primitive runs on a batch under ``ember.vmap``.
+
+        ``rule(xp, batched, *args, **params)`` gets the arguments with the batch axis in
+        front of a batched one (``batched[i]`` says which) and returns the batched result,
+        batch axis in front; ``xp`` computes on those values (calling the primitive itself
+        is fine). ``"elementwise"`` registers the elementwise rule (ranks aligned, the
+        primitive called once on the batch), ``"loop"`` runs it once per example and stacks
+        the results (slow: for primitives that cannot batch). Returns the primitive.
+        """
+        from . import _batch_rules as br
+        from ._batching import BATCH_RULES, loop_rule
+
+        if rule == "elementwise":
+            BATCH_RULES[self.key] = br.elementwise
+        elif rule == "loop":
+            BATCH_RULES[self.key] = loop_rule
+        elif callable(rule):
+            def batched(c, vals, flags, params):
+                return rule(c.ns, tuple(flags), *vals, **params)
+
+            BATCH_RULES[self.key] = batched
+        else:
+            raise TypeError(f"{self.name}.defvmap: give a function, 'elementwise' or 'loop', not {rule!r}")
+        return self
+
     @property
     def has_vjp(self) -> bool:
         """Whether VJPs are registered (without them the primitive is a constant op)."""
@@ -159,7 +192,8 @@ class Primitive:
         if not self.has_vjp:
             def op(*args, **params):
                 if any(isinstance(a, Tensor) and getattr(a, "_node", None) is not None
-                       and d.is_differentiable(a) for a in args):
+                       and a.__class__ is not d.B and d.is_differentiable(a)
+                       for a in args):  # (a vmap's batched value is no trace)
                     raise NotDifferentiableError(NO_VJP.format(name=self.name))  # never cut silently
                 return d.call(key, impl, args, params)
         elif fwd_res is not None:

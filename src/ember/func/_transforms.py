@@ -127,7 +127,10 @@ def _lower(x, trace: Trace):
     """``x`` with this trace's level removed (values one level down)."""
     if isinstance(x, Tensor) and x._node is not None and x._node.trace is trace:
         v = x._value  # a fresh handle: a retained tape keeps its own (ownership)
-        return type(v)._ns._dispatch.make(v._value, v._node)
+        h = v.__class__()  # (v's own class: a vmap's batched value stays batched)
+        h._value = v._value
+        h._node = v._node
+        return h
     return x
 
 
@@ -274,9 +277,13 @@ def leaf_gradient(t: _Leaf, g: Any, unused: str) -> Any:
 
 
 def _ones_like(value):
-    """The seed cotangent of ``value``: ones of its shape and dtype, untracked."""
+    """The seed cotangent of ``value``: ones of its shape and dtype, untracked (for a value
+    batched by vmap, of one example's shape: the same seed for every example)."""
     ns = value._ns
-    return ns._wrap(ns._dispatch.ones_like(raw_value(value)))
+    r = raw_value(value)
+    if r.ndim != value.ndim:  # batched at some level (the backend array holds the batch)
+        return ns.ones(value.shape, dtype=value.dtype, device=value.device)
+    return ns._wrap(ns._dispatch.ones_like(r))
 
 
 def _fit_leaf(g, x):
