@@ -679,3 +679,34 @@ def test_worker_killed_mid_computation_does_not_lose_the_job():
         np.testing.assert_array_equal(g[k], expected[1][k])
     ref = 2.0 * X.T @ (X @ params["w"] + 1.0 - y)
     np.testing.assert_array_equal(g["w"], ref)
+
+
+def test_matmul_refuses_the_shapes_numpy_refuses():
+    # Dask multiplied a 1-D x1 without comparing its length with x2's rows (conformance, seed 5)
+    import itertools
+
+    import ember.autodiff.dask as dxp
+
+    shapes = [(0,), (1,), (2,), (0, 0), (1, 0), (2, 3), (3, 2), (1, 1), (2, 0), (1, 2, 3), (2, 3, 1),
+              (3, 1, 2), (2, 2, 3), (3, 2, 3)]
+    for a, b in itertools.product(shapes, repeat=2):
+        try:
+            want = np.matmul(np.ones(a), np.ones(b)).shape
+        except ValueError:
+            with pytest.raises(ValueError, match="matmul"):
+                dxp.matmul(dxp.ones(a), dxp.ones(b))
+            continue
+        assert tuple(dxp.matmul(dxp.ones(a), dxp.ones(b)).shape) == want, (a, b)
+
+
+def test_asarray_without_copy_sees_later_writes():
+    # copy=False promises no copy: a write through x shows in the result, as on NumPy
+    import ember.autodiff.dask as dxp
+
+    x = dxp.zeros((3,), dtype=dxp.uint8)
+    y = dxp.asarray(x, copy=False)
+    x[1] = 7
+    assert np.asarray(ember.compute(y).raw).tolist() == [0, 7, 0]
+    z = dxp.asarray(x, copy=True)
+    x[0] = 5
+    assert np.asarray(ember.compute(z).raw).tolist() == [0, 7, 0]

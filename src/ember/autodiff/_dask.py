@@ -23,6 +23,9 @@ EXPAND_DIMS_AXIS = ("expand_dims: axis {axis} is out of range for the result's {
                     "(valid: {lo} to {hi}). Fix: pass axes in that range")
 EXPAND_DIMS_REPEATED = ("expand_dims: axes {axes} name result axis {ax} twice. "
                         "Fix: give each new axis once")
+MATMUL_SHAPES = ("matmul: shapes {s1} and {s2} do not multiply ({why}). Fix: the last axis of "
+                 "x1 must match the second-to-last of x2 (the only one of a 1-D x2), and the "
+                 "leading axes must broadcast")
 SEARCHSORTED_1D = ("searchsorted: x1 must be 1-D, got shape {shape}. "
                    "Fix: flatten it or search each row separately")
 
@@ -253,6 +256,11 @@ def linalg_fixes(xp) -> dict:
         svdvals, matrix_rank, tensordot, matrix_norm)}
 
 
+def _known(n) -> bool:
+    """Whether a Dask size is known (unknown ones are NaN until computed)."""
+    return n == n and n is not None
+
+
 def _keep_dtype(xp, r, x1, x2):
     """``r`` in the standard's result dtype of ``x1``, ``x2`` (Dask promotes small ints in sums)."""
     dt = xp.result_type(x1, x2)
@@ -353,8 +361,31 @@ def fixes(xp, earlier: dict) -> dict:
         cols = da.arange(n_cols)[None, :]
         return xp.astype(cols - rows == k, dtype)
 
+    raw_matmul = earlier.get("matmul", xp.matmul)
+
+    def matmul(x1, x2, /):
+        # Dask multiplies a 1-D x1 without comparing its length with x2's rows (a wrong-shaped
+        # result instead of an error): checked here, on the sizes Dask knows
+        s1, s2 = tuple(x1.shape), tuple(x2.shape)
+        why = None
+        if not s1 or not s2:
+            why = "0-d operand"
+        else:
+            k2 = s2[0] if len(s2) == 1 else s2[-2]
+            if _known(s1[-1]) and _known(k2) and s1[-1] != k2:
+                why = f"{s1[-1]} against {k2}"
+            else:
+                lead1, lead2 = s1[:-2][::-1], s2[:-2][::-1]
+                if any(_known(a) and _known(b) and a != b and 1 not in (a, b)
+                       for a, b in zip(lead1, lead2)):
+                    why = "leading axes do not broadcast"
+        if why is not None:
+            raise ValueError(MATMUL_SHAPES.format(s1=s1, s2=s2, why=why))
+        return raw_matmul(x1, x2)
+
     out.update(expand_dims=expand_dims, linspace=linspace, tensordot=tensordot, repeat=repeat,
-               searchsorted=searchsorted, eye=eye, roll=roll, _getitem=getitem)
+               searchsorted=searchsorted, eye=eye, roll=roll, _getitem=getitem, matmul=matmul)
+    out["linalg.matmul"] = matmul
     return out
 
 

@@ -133,6 +133,8 @@ def build(d) -> dict:
         return mod.stack([(e if e.dtype == dt else mod.astype(e, dt)) if isinstance(e, Tensor)
                           else mod.asarray(e, dtype=dt) for e in items])
 
+    writes_alias = bool(d.caps.in_place)  # whether two handles on one buffer see each other's writes
+
     def asarray(obj, /, *, dtype=None, device=None, copy=None):
         from_tensor = isinstance(obj, Tensor)
         if from_tensor:
@@ -145,6 +147,9 @@ def build(d) -> dict:
                 d.check_own(obj, "asarray")
             if obj._node is not None:  # traced: the result is too (a cast, a move, a copy)
                 return traced_asarray(obj, dtype, device, copy)
+            if (copy is False and not writes_alias and obj.__class__ is T
+                    and (dtype is None or dtype == obj.dtype) and (device is None or device == obj.device)):
+                return obj  # (Dask) only this very handle sees later writes, as no copy promises
             obj = raw_value(obj)
         elif isinstance(obj, (list, tuple)):
             if any_traced(obj):  # asarray([x[0] * y, 1.0]): stacked, so the gradient flows
