@@ -25,9 +25,9 @@ import warnings
 
 from .._errors import BatchingError, VmapFallbackWarning
 from ._op_errors import op_error
-from ._rules import RULES, SELECT
+from ._rules import RULES
 from ._tensor import Tensor
-from ._trace import Trace, make_node
+from ._trace import Trace
 
 __all__ = ["BatchTrace", "BatchedArgument", "Batched", "batched_class", "dispatch", "is_batched",
            "wrap", "BATCH_RULES", "defvmap", "loop_rule", "OPEN"]
@@ -321,36 +321,4 @@ def _record(d, top, name, impl, norm, params):
     if rule is None:  # not differentiable: the op one level down (constant at this level)
         inner = tuple(a._value if k else a for a, k in zip(norm, tracked))
         return d.call(name, impl, inner, params)
-    inner = []
-    parents = []
-    for a, k in zip(norm, tracked):
-        if k:
-            inner.append(a._value)
-            parents.append(a._node)
-        else:
-            inner.append(d.make(a._value, a._node) if a.__class__ is T else a)
-            parents.append(None)
-    inner = tuple(inner)
-    ans = d.call(name, impl, inner, params)
-    mod = d.module
-    if rule.nout == 1:
-        if not d.is_differentiable(ans):
-            return ans
-        node = make_node(rule, inner, params, tuple(parents), ans, top, mod)
-        top.nodes.append(node)
-        if top.saver is not None:
-            top.saver(node, impl)
-        return d.make(ans, node)
-    node = make_node(rule, inner, params, tuple(parents), tuple(ans), top, mod)
-    top.nodes.append(node)
-    if top.saver is not None:
-        top.saver(node, impl)
-    outs = []
-    for i, a in enumerate(ans):
-        if d.is_differentiable(a):
-            sel = make_node(SELECT, None, None, (node,), None, top, mod, index=i)
-            top.nodes.append(sel)
-            outs.append(d.make(a, sel))
-        else:
-            outs.append(a)
-    return type(ans)(*outs) if hasattr(ans, "_fields") else tuple(outs)
+    return d.record(name, impl, norm, params, rule, top)

@@ -303,6 +303,12 @@ class _Dispatcher:
             except Exception as e:
                 raise op_error(name, e, raw) from e
             return self.wrap_out(out)
+        return self.record(name, impl, norm, params, rule, top)
+
+    def record(self, name, impl, norm, params, rule, top):
+        """Run op ``name`` one level below trace ``top`` and record its node there (the general
+        path's recording; also vmap's, for a tape above a batch level: ``_batching``)."""
+        T = self.T
         inner = []
         parents = []
         for a in norm:
