@@ -18,6 +18,7 @@ axis, and shape and indexing ops get the batch prepended.
 from __future__ import annotations
 
 from .._errors import AxisError
+from ..kernels import meshgrid
 from ._api_tables import BINARY, UNARY
 from ._batching import BATCH_RULES, BatchingError, is_batched, wrap
 from ._tensor import Tensor
@@ -308,17 +309,7 @@ def _meshgrid(c, vals, batched, params):
     indexing = params.get("indexing", "xy")
 
     def fn(*arrays):
-        n = len(arrays)
-        sizes = [a.shape[0] for a in arrays]
-        if indexing == "xy" and n >= 2:
-            sizes[0], sizes[1] = sizes[1], sizes[0]
-        res = []
-        for i, a in enumerate(arrays):
-            axis = 1 - i if indexing == "xy" and n >= 2 and i < 2 else i
-            shape = [1] * n
-            shape[axis] = a.shape[0]
-            res.append(c.ns.broadcast_to(c.ns.reshape(a, tuple(shape)), tuple(sizes)))
-        return tuple(res)
+        return tuple(meshgrid(c.ns, arrays, indexing))
 
     return _compose(c, fn, vals, batched, {})
 

@@ -13,6 +13,7 @@ import math
 import warnings
 
 from .._errors import DTypeError, ShapeError
+from ..kernels import meshgrid as meshgrid_composed
 from ._tensor import Tensor, raw_value
 
 
@@ -234,19 +235,7 @@ def build(d) -> dict:
     def meshgrid(*arrays, indexing="xy"):
         if not traced(*arrays):
             return seq(fast_generic("meshgrid", xp.meshgrid)(*arrays, indexing=indexing))
-        n = len(arrays)
-        sizes = [a.shape[0] for a in arrays]
-        if indexing == "xy" and n >= 2:
-            sizes[0], sizes[1] = sizes[1], sizes[0]
-        res = []
-        for i, a in enumerate(arrays):
-            axis = i
-            if indexing == "xy" and n >= 2 and i < 2:
-                axis = 1 - i
-            shape = [1] * n
-            shape[axis] = a.shape[0]
-            res.append(mod.broadcast_to(mod.reshape(a, tuple(shape)), tuple(sizes)))
-        return seq(res)
+        return seq(meshgrid_composed(mod, arrays, indexing))
 
     def unstack(x, /, *, axis=0):
         if not traced(x):
