@@ -44,6 +44,7 @@ SCRIPTS = (
     "higher_order",
     "forward_mode",
     "vmap",
+    "jit",
     "graph",
     "cnn",
     "transformer",

@@ -187,6 +187,7 @@ def _check_json(path, name, unit, impls):
         ("forward_mode", lambda m: m.workloads()[:1], "ember-forward,ember-jvp", "us/op"),
         ("forward_mode", lambda m: m.workloads()[1:], "ember-forward,ember-jvp", "ms/call"),
         ("vmap", lambda m: m.workloads(batch=4), "ember-vmap,ember-loop", "ms/call"),
+        ("jit", lambda m: m.workloads()[:1], "ember-jit,ember-grad,numpy", "us/op"),
     ],
 )
 def test_workload_scripts_tiny(script, make, only, unit, tmp_path, monkeypatch):
