@@ -23,6 +23,7 @@ from hypothesis.extra import numpy as hnp
 import ember
 import ember.nn as nn
 from ember.autodiff import fused
+from ember.autodiff._rules._util import _select_kernel
 from _gradcheck import (
     BACKENDS,
     arrays,
@@ -182,6 +183,16 @@ def _tie_free(draw):
 
 
 case("maximum", _tie_free(), lambda xp, x, y: xp.maximum(x, y))
+# the rules' masked cotangent as an op (what jit stages and vmap batches): linear in x, the mask
+# (y > 0, kept off the kink) carries none
+@st.composite
+def _value_and_mask(draw):
+    shape = draw(shapes())
+    return draw(arrays(shape)), draw(_grid(shape, 0.1))  # the mask's values off 0
+
+
+case("_select (rules' masked cotangent)", _value_and_mask(),
+     lambda xp, x, y: xp._dispatch.call("_select", _select_kernel(xp._dispatch), (y > 0, x), {}))
 case("minimum", _tie_free(), lambda xp, x, y: xp.minimum(x, y))
 case("_relu (nn.relu)", args_of(_grid(shapes(), 0.1)), lambda xp, x: fused.relu(x))  # off the kink at 0
 case("_erf (nn.erf)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: fused.erf(x))  # series and tail

@@ -301,3 +301,20 @@ def test_changing_python_numbers_retrace_warns_and_the_cache_stays_bounded(monke
     assert f.trace_count == 8 and len(f._cache) == 5  # the oldest signatures dropped
     f(x, 7.0)
     assert f.trace_count == 8  # the latest ones still cached
+
+
+def test_jitted_relu_gradient_decides_product_or_where_on_each_calls_values():
+    # a ReLU's masked cotangent is one staged op that checks the values it runs on: the fast
+    # product where it is exact, where() when an inf would meet the mask (0 * inf = NaN)
+    import ember.autodiff.numpy as xp
+
+    def f(x, w):
+        return xp.sum(ember.nn.relu(x) * w)
+
+    g = ember.jit(ember.grad(f))
+    x = xp.asarray([-1.0, 2.0, 3.0])
+    for w in ([1.0, 2.0, 3.0], [np.inf, 1.0, 2.0], [4.0, 5.0, 6.0]):
+        w = xp.asarray(w)
+        np.testing.assert_array_equal(g(x, w).raw, ember.grad(f)(x, w).raw)
+    assert g.trace_count == 1
+    assert "_select" in str(g.lower(x, w))

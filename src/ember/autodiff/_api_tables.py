@@ -209,6 +209,7 @@ fft.rfftfreq           other     -        -         -         -
 fft.fftshift           other     -        linear    -         -
 fft.ifftshift          other     -        linear    -         -
 copy                   internal  -        linear    -         -
+_select                internal  -        linear    -         -
 getitem                internal  -        linear    -         -
 setitem                internal  -        linear    -         -
 index_add              internal  -        linear    -         -
@@ -250,7 +251,7 @@ FFT = [n[len("fft."):] for n in _names(lambda n, *_: n.startswith("fft."))]
 
 #: Ops whose output element depends only on the same element of each (broadcast) input
 #: (``Primitive(elementwise=True)`` adds a user's).
-ELEMENTWISE = frozenset(UNARY + BINARY + ["where", "clip", "astype", "copy"])
+ELEMENTWISE = frozenset(UNARY + BINARY + ["where", "clip", "astype", "copy", "_select"])
 #: Ops linear in their floating array arguments (other arguments pass unchanged).
 LINEAR = frozenset(_names(lambda n, k, r, t, *_: t == "linear"))
 #: Ops linear in each of their two array arguments separately.

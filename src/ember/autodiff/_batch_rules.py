@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .._errors import AxisError
 from ..kernels import meshgrid
-from ._api_tables import BINARY, UNARY
+from ._api_tables import BINARY, ELEMENTWISE, UNARY
 from ._batching import BATCH_RULES, BatchingError, is_batched, wrap
 from ._tensor import Tensor
 
@@ -123,7 +123,8 @@ def elementwise(c, vals, batched, params):
 
 
 register(UNARY + BINARY, elementwise)
-register("where clip _relu _erf _gelu_tanh astype copy _to_device", elementwise)
+register(sorted(ELEMENTWISE - set(UNARY + BINARY)) + ["_relu", "_erf", "_gelu_tanh", "_to_device"],
+         elementwise)
 
 
 def first_only(c, vals, batched, params):

@@ -90,7 +90,38 @@ def select(ns, c, g):
     """
     if products_exact(ns, g):
         return _mask_product(ns, g, c)
+    if _decided_when_run(ns):
+        return ns._dispatch.call("_select", _select_kernel(ns._dispatch), (c, g), {})
     return ns.where(c, g, ns.zeros_like(g))
+
+
+def _decided_when_run(ns) -> bool:
+    """Whether the product-or-``where`` choice must be left to the op itself: a backend whose
+    checks are cheap, while jit stages or vmap batches (they turn the namespace's
+    ``_cheap_any`` off: the values seen while tracing are not the ones the op will run on)."""
+    d = getattr(ns, "_dispatch", None)
+    return d is not None and not ns._cheap_any and d.caps.cheap_checks
+
+
+_SELECT_KERNELS: dict = {}
+
+
+def _select_kernel(d):
+    """``select`` as one backend function that picks the product or ``where`` on the values it
+    gets (a finite sum of the product: every term finite, see ``select_summed``), so a jitted
+    graph replays the fast product on every call where it is exact."""
+    k = _SELECT_KERNELS.get(d)
+    if k is None:
+        R = d.raw_ns
+
+        def k(c, g):
+            p = _mask_product(R, g, c)
+            if math.isfinite(float(R.sum(p))):
+                return p
+            return R.where(c, g, R.zeros_like(g))
+
+        _SELECT_KERNELS[d] = k
+    return k
 
 
 def select_summed(ns, c, g, axis):
@@ -114,7 +145,7 @@ def select_summed(ns, c, g, axis):
         s = ns.sum(total)
         if math.isfinite(raw_value(s) if isinstance(s, Tensor) else s):
             return p, total
-    p = ns.where(c, g, ns.zeros_like(g))
+    p = select(ns, c, g)
     return p, ns.sum(p, axis=axis)
 
 

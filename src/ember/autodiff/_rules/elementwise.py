@@ -279,6 +279,11 @@ defvjp("copy", lambda ns, g, ans, x: g)
 # nn.relu: max(x, 0) whose derivative at 0 is 0 (PyTorch's and JAX's choice), not maximum's 1/2.
 # The mask is read off the result (relu(x) > 0 exactly where x > 0, NaN included), which the
 # next op usually keeps anyway: the tape need not keep the pre-activation too
+# the rules' masked cotangent as one op whose product-or-where choice is made when it runs
+# (_util.select, under jit and vmap); linear in g, the mask carries no gradient
+defvjp("_select", None, lambda ns, gg, ans, c, g: select(ns, c, gg))
+
+
 def relu_vjp(ns, g, ans, x):
     return select(ns, ans > 0, g)
 

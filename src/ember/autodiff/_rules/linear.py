@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from ._base import defvjp
+from .._tensor import Tensor, raw_value
 from ._util import as_rows, cj, fit, select, select_summed
 
 
@@ -147,7 +148,9 @@ def linear_vjp(ns, g, ans, args, params, parents):
                 rows = math.prod(x.shape[:-1])
                 g2 = ns.reshape(g, (rows, g.shape[-1]))
                 xc = ns.reshape(xc, (rows, x.shape[-1]))
-            flags = getattr(w, "flags", None)  # (backends with flags: NumPy, CuPy)
+            # (backends with flags: NumPy, CuPy; read through the levels of a traced w: the
+            # layout decides only the order of the product, never its value)
+            flags = getattr(raw_value(w) if isinstance(w, Tensor) else w, "flags", None)
             if flags is not None and flags.f_contiguous and not flags.c_contiguous:
                 # w column-major: the gradient in the weight's layout (see the docstring)
                 gw = ns.matrix_transpose(ns.matmul(ns.matrix_transpose(xc), g2))
