@@ -318,3 +318,24 @@ def test_jitted_relu_gradient_decides_product_or_where_on_each_calls_values():
         np.testing.assert_array_equal(g(x, w).raw, ember.grad(f)(x, w).raw)
     assert g.trace_count == 1
     assert "_select" in str(g.lower(x, w))
+
+
+def test_buffer_planning_writes_into_a_dying_transpose_never_into_a_read_only_view():
+    # a transposed gradient's update goes into the product's buffer (as eager does); a
+    # broadcast view is read-only and is never written
+    import ember.autodiff.numpy as xp
+
+    rng = np.random.default_rng(0)
+    a, b = xp.asarray(rng.standard_normal((4, 3))), xp.asarray(rng.standard_normal((3, 5)))
+
+    def f(a, b):
+        return xp.matrix_transpose(a @ b) * 2.0
+
+    def h(a):
+        return xp.broadcast_to(xp.sum(a, axis=0), (2, 3)) * 2.0
+
+    jf, jh = ember.jit(f), ember.jit(h)
+    np.testing.assert_array_equal(jf(a, b).raw, f(a, b).raw)
+    assert "[in place of" in str(jf.lower(a, b)).split("multiply")[1].split("\n")[0]
+    np.testing.assert_array_equal(jh(a).raw, h(a).raw)
+    assert "[in place of" not in str(jh.lower(a)).split("multiply")[1].split("\n")[0]

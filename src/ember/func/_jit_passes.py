@@ -27,6 +27,10 @@ _FRESH = frozenset("""
 """.split())
 
 
+#: ops whose result is a writable view of all of its input's buffer (a transposed gradient)
+_WRITABLE_VIEWS = frozenset("matrix_transpose permute_dims linalg.matrix_transpose".split())
+
+
 def _subst(t, m: dict):
     """Template ``t`` with Refs renamed by ``m`` (slot -> Ref or constant)."""
     c = t.__class__
@@ -152,9 +156,11 @@ def plan_buffers(g: Graph, donated: set) -> None:
     """Set ``op.out_into`` where an elementwise op may write into a dying input's buffer.
 
     A slot's buffer may be written when the slot is a fresh result (a ufunc's,
-    a matmul's or a reduction's: never a view) or a donated input, no other
-    live value may alias it (views made from it are alive no longer than it),
-    it is not an output, and it has the result's shape and dtype.
+    a matmul's or a reduction's: never a view), a donated input, or a view of
+    one of those (a transposed gradient), no other live value may alias that
+    buffer (views made from it are alive no longer than it), it is not an
+    output, the op reads it through no other view, and the slot has the
+    result's shape and dtype.
     """
     if not g.ops:
         return
@@ -167,7 +173,11 @@ def plan_buffers(g: Graph, donated: set) -> None:
     roots: list = [None] * n
     for s in g.inputs:
         roots[s] = (s,)
+    made_by: list = [None] * n
     for i, op in enumerate(g.ops):
+        for s in op.outs:
+            if s is not None:
+                made_by[s] = op.name
         d = g.disp[op.outs[0]] if op.outs and op.outs[0] is not None else None
         u = _ufunc_of(op, d) if d is not None and _writes_out(d) else None
         ufuncs[i] = u
@@ -209,8 +219,15 @@ def plan_buffers(g: Graph, donated: set) -> None:
             if a.__class__ is not Ref:
                 continue
             s = a.slot
-            if not fresh[s] or roots[s] != (s,) or last[s] != i or s in taken:
+            rs = roots[s]
+            if s in taken or rs is None or len(rs) != 1:
                 continue
+            b = rs[0]  # the buffer written: s's own, or the one s is a view of (a transpose)
+            if not fresh[b] or last[b] != i or b in taken:
+                continue
+            if b != s and (made_by[s] not in _WRITABLE_VIEWS or any(
+                    o is not a and o.__class__ is Ref and b in (roots[o.slot] or ()) for o in args)):
+                continue  # (not a whole-buffer view, or the op reads that buffer through another)
             v = g.values[s]
             if v.shape != ov.shape or v.dtype != ov.dtype or len(v.shape) == 0:
                 continue
@@ -219,7 +236,7 @@ def plan_buffers(g: Graph, donated: set) -> None:
                     break
                 op.fn = u
             op.out_into = s  # (o owns that buffer from here; its own liveness decides its reuse)
-            taken.add(s)
+            taken.update((s, b))
             break
 
 
