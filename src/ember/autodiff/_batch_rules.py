@@ -355,12 +355,7 @@ def _matmul(c, vals, batched, params):
         a = ns.expand_dims(a, axis=-2)
     if vb:
         b = ns.expand_dims(b, axis=-1)
-    sa, sb = _nd(a, ba) - 2, _nd(b, bb) - 2
-    s = max(sa, sb)
-    if ba and sa < s:
-        a = _expand(c, a, s - sa)
-    if bb and sb < s:
-        b = _expand(c, b, s - sb)
+    a, b, _ = _align_stacks(c, a, b, ba, bb)
     out = c.op([a, b], params)
     if va and vb:
         return ns.reshape(out, (c.size,))
@@ -416,6 +411,18 @@ def _outer(c, vals, batched, params):
     return c.ns.multiply(c.ns.expand_dims(a, axis=-1), c.ns.expand_dims(b, axis=-2))
 
 
+def _align_stacks(c, a, b, ba, bb):
+    """Matrix operands ``a``, ``b`` (batched per ``ba``, ``bb``) with the batched one's stack
+    axes padded to the other's count, so the batch axis stays in front: ``(a, b, stack rank)``."""
+    sa, sb = _nd(a, ba) - 2, _nd(b, bb) - 2
+    s = max(sa, sb)
+    if ba and sa < s:
+        a = _expand(c, a, s - sa)
+    if bb and sb < s:
+        b = _expand(c, b, s - sb)
+    return a, b, s
+
+
 def _solve(c, vals, batched, params):
     ns = c.ns
     a, b = vals
@@ -424,11 +431,7 @@ def _solve(c, vals, batched, params):
     if vec:
         b = ns.expand_dims(b, axis=-1)
     sa, sb = _nd(a, ba) - 2, _nd(b, bb) - 2
-    s = max(sa, sb)
-    if ba and sa < s:
-        a = _expand(c, a, s - sa)
-    if bb and sb < s:
-        b = _expand(c, b, s - sb)
+    a, b, s = _align_stacks(c, a, b, ba, bb)
     if not ba:  # solve does not broadcast in every backend: the stack made explicit
         a = _bcast(c, a)
         a = _expand(c, a, s - sa) if sa < s else a
