@@ -160,12 +160,15 @@ def _report_copy(op, arr, reason, fix):
 class _Grave:
     """What a dead tensor keeps in ``_value``: where it was consumed and by which op."""
 
-    __slots__ = ("where", "op", "marker")
+    __slots__ = ("where", "op", "marker", "left")
 
     def __init__(self, where, marker):
         self.where = where
         self.op = None
         self.marker = weakref.ref(marker)
+        # the handle the consuming op got: its value stays the storage of x's other aliases
+        # (shares, views) unless that op wrote into it (run_owned then empties the handle)
+        self.left = None
 
 
 def _grave(t):
@@ -406,6 +409,7 @@ def claim(d, op, m):
     m._spent = op
     g = _grave(m._src)
     g.op = op
+    g.left = t
     d._claims.append((t, m, tracked or node is not None))
     return t
 

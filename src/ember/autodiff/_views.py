@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import weakref
 
+from ._ownership import Dead
+from ._ownership import _grave
 from ._trace import active_traces
 
 __all__ = ["note_view", "note_function_view", "written", "before_write", "check_writable", "basic_key", "VIEW_FUNCTIONS"]
@@ -184,6 +186,33 @@ def check_writable(t, op) -> None:
         entry = _base_of.get(id(t))
 
 
+def _alive(t):
+    """``t``, or for a consumed ``t`` the handle its consuming op got, whose value is still the
+    storage of t's other aliases (no op writes into an aliased buffer); None when that op did
+    write into it or nothing took the value yet."""
+    if t.__class__ is not Dead:
+        return t
+    g = _grave(t)
+    left = g.left
+    if left is None:
+        m = g.marker()
+        if m is None or m._value is None:
+            return None
+        return m._mod._dispatch.make(m._value, m._node)
+    return left if left._value is not None else None
+
+
+def _rebind(t, new) -> None:
+    """Give ``t`` (or, consumed, the value its aliases still share) the result of a write."""
+    if t.__class__ is Dead:
+        g = _grave(t)
+        holder = g.left if g.left is not None else g.marker()
+        if holder is not None and holder._value is not None:
+            holder._value, holder._node = new._value, new._node
+        return
+    t._value, t._node = new._value, new._node
+
+
 def written(t) -> None:
     """``t`` was just rebound by an in-place write: update its bases and all their views."""
     if not _base_of:
@@ -196,22 +225,24 @@ def written(t) -> None:
         root = t
         while entry is not None and entry[0]() is root:  # up: base = inverse(base, view)
             _, base, _, inverse = entry
-            if type(base)._ns is None:  # the base was consumed or released: nothing to write into
+            live = _alive(base)
+            if live is None:  # its value is gone (an op wrote into it): nothing to write into
                 break
-            new = inverse(base, root)
-            base._value, base._node = new._value, new._node
+            _rebind(base, inverse(live, _alive(root)))
             root = base
             entry = _base_of.get(id(root))
         stack = [root]  # down: every other view of the tree, recomputed from its base
         while stack:
             b = stack.pop()
+            live = _alive(b)
+            if live is None:
+                continue
             for ref in list(_views_of.get(id(b), {}).values()):
                 v = ref()
                 if v is None:
                     continue
                 if v is not t:  # (t holds its new value already; its own views follow it)
-                    new = _base_of[id(v)][2](b)
-                    v._value, v._node = new._value, new._node
+                    _rebind(v, _base_of[id(v)][2](live))
                 stack.append(v)
     finally:
         _quiet[0] = False
