@@ -290,17 +290,6 @@ def fd_check(xp, f, args, *, eps=1e-6, rtol=1e-5, atol=1e-6, seed=0, argnums=Non
     grads = pull(tuple(ct) if isinstance(out, (tuple, list)) else ct[0])
     for k, i in enumerate(argnums):
         got = to_numpy(grads[k])
-        x = args[i]
-        want = np.zeros_like(x)
-        flat, wf = x.reshape(-1), want.reshape(-1)
-        for j in range(flat.size):
-            for dv in ((1.0, 1j) if np.iscomplexobj(x) else (1.0,)):
-                old = flat[j]
-                flat[j] = old + eps * dv
-                hi = loss(args)
-                flat[j] = old - eps * dv
-                lo = loss(args)
-                flat[j] = old
-                wf[j] += dv * (hi - lo) / (2 * eps)
+        want = _fd(loss, args, i, eps)
         assert got.shape == want.shape, f"arg {i}: shape {got.shape} != {want.shape}"
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"arg {i}")
