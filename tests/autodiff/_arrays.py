@@ -35,3 +35,19 @@ def central_differences(fun, x, eps: float = 1e-6):
         e.reshape(-1)[j] = eps
         g.reshape(-1)[j] = (fun(x + e) - fun(x - e)) / (2 * eps)
     return g
+
+
+def check_value_and_gradient(backend: str, prog, x0) -> None:
+    """``value_and_grad`` of ``prog(xp, x)`` at ``x0`` on ``backend``: the value is the eager
+    program's, the gradient its central differences (float64)."""
+    xp = ns(backend)
+
+    def f(x):
+        return prog(xp, x)
+
+    def eager(a):
+        return float(as_numpy(f(to(xp, a))))
+
+    value, g = ember.value_and_grad(f)(to(xp, x0))
+    assert float(as_numpy(value)) == pytest.approx(eager(x0), rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(as_numpy(g), central_differences(eager, x0), rtol=1e-5, atol=1e-6)

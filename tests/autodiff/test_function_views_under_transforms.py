@@ -21,7 +21,7 @@ from hypothesis.extra.numpy import array_shapes
 
 import ember
 
-from _arrays import as_numpy, central_differences, ns, to
+from _arrays import as_numpy, central_differences, check_value_and_gradient, ns, to
 
 BACKENDS = ("numpy", "array_api_strict", "dask")
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -85,27 +85,13 @@ PROGRAMS = [reshape_both_ways, permute_both_ways, transpose_attribute, expand_sq
             broadcast_sees_the_base, chain_reshape_of_transpose]
 
 
-def _check(backend, prog, x0):
-    xp = ns(backend)
-
-    def f(x):
-        return prog(xp, x)
-
-    def eager(a):
-        return float(as_numpy(f(to(xp, a))))
-
-    value, g = ember.value_and_grad(f)(to(xp, x0))
-    assert float(as_numpy(value)) == pytest.approx(eager(x0), rel=1e-12, abs=1e-12)
-    np.testing.assert_allclose(as_numpy(g), central_differences(eager, x0), rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize("prog", PROGRAMS, ids=[p.__name__ for p in PROGRAMS])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_value_is_eagers_and_gradient_matches_finite_differences(backend, prog):
     @settings(max_examples=4 if backend == "dask" else 25, **SETTINGS)
     @given(shape=array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3), seed=st.integers(0, 2**16))
     def run(shape, seed):
-        _check(backend, prog, np.random.default_rng(seed).standard_normal(shape))
+        check_value_and_gradient(backend, prog, np.random.default_rng(seed).standard_normal(shape))
 
     run()
 
@@ -123,7 +109,7 @@ def test_matrix_transpose_view(backend):
         return xp.sum(m * m) + xp.sum(y)
 
     x0 = np.random.default_rng(1).standard_normal((2, 3, 2))
-    _check(backend, lambda _xp, x: f(x), x0)
+    check_value_and_gradient(backend, lambda _xp, x: f(x), x0)
 
 
 def test_the_issue_program_value_is_eagers():
