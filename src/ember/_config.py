@@ -24,8 +24,8 @@ Options (defaults first):
   training steps).
   How much freed memory glibc's malloc keeps in the process instead of
   returning it to the system, so that the next training step reuses its
-  pages instead of page-faulting fresh ones (a transformer block step
-  took 2.7x longer without it). Applied whenever it is set; importing ember
+  pages instead of page-faulting fresh ones (the measured effect is in
+  docs/performance.md). Applied whenever it is set; importing ember
   changes nothing unless ``$EMBER_MALLOC_TRIM_THRESHOLD`` (bytes) asks for a
   value at import. Setting it back to ``None`` restores glibc's static
   defaults. No effect where the C library is not glibc
