@@ -40,7 +40,8 @@ HERE = Path(__file__).resolve().parent
 #: workload name -> the script that defines it
 SCRIPT_OF = {"overhead": "overhead", "mlp_float32": "mlp", "mlp_float64": "mlp", "graph": "graph",
              "cnn": "cnn", "transformer": "transformer", "higher_order": "higher_order",
-             "conv2d_float32": "conv", "conv2d_float64": "conv"}
+             "conv2d_float32": "conv", "conv2d_float64": "conv", "jvp_chain": "forward_mode",
+             "jvp_mlp": "forward_mode"}
 NO_VALGRIND = "icount: valgrind is not on PATH; install it (e.g. apt install valgrind) to count instructions"
 
 

@@ -48,6 +48,13 @@ def tangent_of(node):
 def _interpret(node, impl) -> None:
     """The forward trace's hook (its ``saver``): the tangent of each op as it is recorded."""
     node.trace.nodes.clear()  # no tape: each node lives as long as its result does
+    rule = node.rule
+    if rule.arity and rule.jvp is None and rule.elementwise:  # the common case, on backend arrays
+        g = _elementwise_raw(node, rule.fns)
+        if g is not _GENERAL:
+            node.g = g
+            node.args = node.params = None
+            return
     tangents = [tangent_of(p) for p in node.parents]
     for t in tangents:
         if t is not None:
@@ -81,21 +88,16 @@ def leaf(trace: Trace, x: Tensor, tangent) -> Tensor:
 
 # ---------------------------------------------------------------------- the tangent of one op
 def _jvp(node, impl, tangents):
-    rule, ns = node.rule, node.ns
-    name = rule.name
+    rule = node.rule
     own = rule.jvp
     if own is not None:
-        return own(ns, tangents, node.ans, node.args, node.params)
-    elementwise = rule.elementwise and rule.nout == 1
-    if elementwise and rule.fns is not None:  # the common case first, on backend arrays
-        out = _elementwise_raw(node, rule.fns, tangents)
-        if out is not None:
-            return out
+        return own(node.ns, tangents, node.ans, node.args, node.params)
+    name = rule.name
     if name in LINEAR:
         return _linear(node, impl, tangents)
     if name in BILINEAR:
         return _bilinear(node, impl, tangents)
-    if elementwise:
+    if rule.elementwise and rule.nout == 1:
         out = _elementwise(node, tangents)
         if out is not None:
             return out
@@ -138,47 +140,72 @@ def _bilinear(node, impl, tangents):
     return out
 
 
-def _elementwise_raw(node, fns, tangents):
-    """The elementwise form on backend arrays, where nothing records the tangent (untracked
-    real inputs and tangents of the output's shape, the common case): the per-argument VJPs
-    called with the backend namespace, as the first-order backward loop does. None: the
-    general form decides."""
+#: what _elementwise_raw returns where the general form must decide
+_GENERAL = object()
+
+
+def _elementwise_raw(node, fns):
+    """The tangent of an elementwise op of one or two arguments, from its per-argument VJPs
+    called on backend arrays as the first-order backward loop does: ``fns[i](R, t_i, ans,
+    *args)`` is ``t_i`` times the Jacobian's diagonal where argument i has the output's shape
+    (other arguments broadcast). The case of untracked real values and tangents of the
+    output's shape; None: no argument has a tangent; ``_GENERAL``: the general form decides
+    (complex values, a broadcast argument with a tangent, nesting)."""
     ans = node.ans
     d = node.ns._dispatch
     T = d.T
     if ans.__class__ is not T or ans._node is not None:
-        return None
+        return _GENERAL
     av = ans._value
+    adt = av.dtype
     reals = d.real_floats
-    if av.dtype not in reals:
-        return None
+    if adt not in reals:
+        return _GENERAL
+    args = node.args
+    n = len(args)
+    if n != len(fns):
+        return _GENERAL
     shape = av.shape
-    raw = []
-    for a in node.args:
-        if a.__class__ is T:
-            if a._node is not None or a._value.shape != shape or a._value.dtype not in reals:
-                return None
-            raw.append(a._value)
-        elif a.__class__ is float or a.__class__ is int:
-            raw.append(a)
-        else:
-            return None
-    if len(fns) != len(raw):
-        return None
     R = d.raw_ns
-    out = None
-    for f, t in zip(fns, tangents):
+    if n == 1:
+        p = node.parents[0]
+        t = None if p is None else p.g if p.__class__ is not SelectNode else tangent_of(p)
         if t is None:
-            continue
-        if f is None or t.__class__ is not T or t._node is not None or t._value.shape != shape:
             return None
-        term = f(R, t._value, av, *raw)
-        out = term if out is None else out + term
-    if out is None:
-        return None
-    if out.dtype != av.dtype:
-        out = R.astype(out, av.dtype)
-    return d.wrap(out)
+        a = args[0]
+        if a.__class__ is not T or a._node is not None or t.__class__ is not T or t._node is not None:
+            return _GENERAL
+        x, tv = a._value, t._value
+        if x.shape != shape or tv.shape != shape or x.dtype not in reals:
+            return _GENERAL
+        out = fns[0](R, tv, av, x)
+    else:
+        a1, a2 = args
+        x1 = a1._value if a1.__class__ is T else a1
+        x2 = a2._value if a2.__class__ is T else a2
+        if x1.__class__ is T or x2.__class__ is T:  # a value tracked one more level down
+            return _GENERAL
+        out = None
+        for p, a, f in zip(node.parents, args, fns):
+            t = None if p is None else p.g if p.__class__ is not SelectNode else tangent_of(p)
+            if t is None:
+                continue
+            if a.__class__ is not T or a._node is not None or t.__class__ is not T or t._node is not None \
+                    or f is None:
+                return _GENERAL
+            x, tv = a._value, t._value
+            if x.shape != shape or tv.shape != shape or x.dtype not in reals:
+                return _GENERAL
+            term = f(R, tv, av, x1, x2)
+            out = term if out is None else out + term
+        if out is None:
+            return None
+    if out.dtype is not adt and out.dtype != adt:
+        out = R.astype(out, adt)
+    g = T()
+    g._value = out if out.__class__ is d.A else d.coerce(out)
+    g._node = None
+    return g
 
 
 def _elementwise(node, tangents):

@@ -117,22 +117,32 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
         raise ValueError(
             f"jvp: got {len(primals)} primals but {len(tangents)} tangents; give one tangent per primal"
         )
-    _check_tangents(primals, tangents)
-    raw = _any_raw(primals)
-    tp = _tree.map(_as_tensor, primals)
-    tt = _tree.map(_as_tensor, tangents)
-    out, t_out = _forward(f, tp, tt)
+    p_leaves, p_def = _tree.flatten(primals)
+    t_leaves, t_def = _tree.flatten(tangents)
+    if t_def != p_def or not all(_fits(p, t) for p, t in zip(p_leaves, t_leaves)):
+        _check_tangents(primals, tangents)  # (raises, naming the path)
+    arrays = [a for a in p_leaves if _is_array(a)]
+    raw = bool(arrays) and all(not isinstance(a, Tensor) for a in arrays)
+    out, t_out = _forward_flat(f, [_as_tensor(p) for p in p_leaves], p_def, [_as_tensor(t) for t in t_leaves])
     if raw:
         out, t_out = _tree.map(_to_raw, out), _tree.map(_to_raw, t_out)
     return out, t_out
 
 
+def _fits(p, t) -> bool:
+    return not (_is_array(p) and _is_array(t)) or shapes_fit(tuple(p.shape), tuple(t.shape))
+
+
 def _forward(f: Callable, primals: tuple, tangents: tuple):
     """``(f(*primals), its tangent)``: one pass of ``f`` on a forward trace."""
-    trace = forward_trace()
     p_leaves, p_def = _tree.flatten(primals)
+    return _forward_flat(f, p_leaves, p_def, _tree.leaves(tangents))
+
+
+def _forward_flat(f: Callable, p_leaves: list, p_def, t_leaves: list):
+    """``_forward`` on the primals' leaves and treedef and the tangents' leaves."""
+    trace = forward_trace()
     p_leaves = [taken_over(p) for p in p_leaves]
-    t_leaves = _tree.leaves(tangents)
     with trace:
         tracked = [track_forward(trace, p, t) if _diff(p) else p for p, t in zip(p_leaves, t_leaves)]
         try:
