@@ -18,7 +18,8 @@ because NumPy asks the kernel for huge pages for them and only a fresh
 mapping gets those (from the heap, a Conv2d step with 4-8 MiB im2col
 buffers took 1.11-1.23x PyTorch's time, mapped 0.61-0.63x). The price: up to that many
 bytes of freed memory stay in the process instead of going back to the
-system. ``None`` sets glibc's static defaults (128 KiB each) back; glibc's
+system. ``None`` sets glibc's static defaults (128 KiB each) back and hands the
+memory kept so far back to the system (``malloc_trim``); glibc's
 dynamic threshold stays off once it has been set, so to keep glibc's policy
 exactly set ``EMBER_MALLOC_TRIM_THRESHOLD=none`` before importing ember.
 Where malloc was tuned through the environment (``MALLOC_TRIM_THRESHOLD_``
@@ -46,11 +47,12 @@ BAD_ENV = (
 )
 
 _mallopt = None
+_malloc_trim = None
 
 
 def _glibc_mallopt():
     """glibc's ``mallopt``, or None on another C library."""
-    global _mallopt
+    global _mallopt, _malloc_trim
     if _mallopt is None:
         _mallopt = False
         try:  # the C library this process runs on (platform.libc_ver reads the executable)
@@ -61,7 +63,9 @@ def _glibc_mallopt():
             try:
                 import ctypes
 
-                _mallopt = ctypes.CDLL(None).mallopt
+                libc = ctypes.CDLL(None)
+                _mallopt = libc.mallopt
+                _malloc_trim = getattr(libc, "malloc_trim", None)
             except (ImportError, OSError, AttributeError):  # pragma: no cover - no ctypes, odd build
                 pass
     return _mallopt or None
@@ -96,8 +100,12 @@ def apply_trim_threshold(trim: int | None) -> bool:
     if mallopt is None:
         return False
     if trim is None:
-        return bool(mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT)) and bool(
+        done = bool(mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT)) and bool(
             mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT))
+        if _malloc_trim is not None:  # hand back what the old threshold kept, not at the next free
+            # only: free pages amid the heap too (glibc trims only its top by itself)
+            _malloc_trim(_GLIBC_DEFAULT)
+        return done
     # mallopt takes a C int: clamp (2 GiB - 1 keeps everything below that in the process)
     trim = min(trim, 2**31 - 1)
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, trim))

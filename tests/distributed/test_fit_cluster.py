@@ -42,17 +42,30 @@ def _params():
     return {"w": np.zeros(6), "b": np.zeros(())}
 
 
-def _fit(loss, **kw):
+def _dataset(source, tmp_path):
+    """The data as dask arrays (one task per chunk) or written to zarr (streamed passes)."""
     X, y = _data()
-    ds = ed.Dataset(X, y, shuffle=True, seed=3, progress=False)
+    if source == "zarr":
+        pytest.importorskip("zarr")
+        path = str(tmp_path / "data.zarr")
+        if not os.path.exists(path):
+            X.to_zarr(path, component="X")
+            y.to_zarr(path, component="y")
+        return ed.Dataset.from_zarr(path, shuffle=True, seed=3, progress=False)
+    return ed.Dataset(X, y, shuffle=True, seed=3, progress=False)
+
+
+def _fit(loss, source="dask", tmp_path=None, **kw):
+    ds = _dataset(source, tmp_path)
     # 64 rows a step and a learning rate that are powers of two: over these 3 steps every
     # value stays exact in float64, so any worker computing any chunk gives the same bits
     return ed.fit(loss, _params(), ds, optim.SGD(2.0 ** -5), epochs=1, chunks_per_step=4,
                   reduce="mean", **kw)
 
 
-def test_fit_survives_a_killed_worker_with_the_same_result(tmp_path):
-    expected = _fit(_squares_loss)  # undisturbed, Dask's threads in this process
+@pytest.mark.parametrize("source", ["dask", "zarr"])
+def test_fit_survives_a_killed_worker_with_the_same_result(tmp_path, source):
+    expected = _fit(_squares_loss, source, tmp_path)  # undisturbed, Dask's threads in this process
     assert expected.steps == 3 and expected.losses[-1] < expected.losses[0]
     killed = []
 
@@ -69,7 +82,8 @@ def test_fit_survives_a_killed_worker_with_the_same_result(tmp_path):
                     killed.append(pid)
                 threading.Thread(target=kill, daemon=True).start()
 
-        got = _fit(_slow_loss, callback=kill_soon, checkpoint=str(tmp_path / "ck.safetensors"))
+        got = _fit(_slow_loss, source, tmp_path, callback=kill_soon,
+                   checkpoint=str(tmp_path / "ck.safetensors"))
         deadline = time.time() + 30
         while time.time() < deadline and len(c.scheduler_info()["workers"]) < 2:
             time.sleep(0.1)  # the nanny restarts the killed worker

@@ -9,6 +9,13 @@ a time), so the dataset is never materialized: a worker holds one block of
 each input plus a few gradient-sized partial sums at a time. One
 ``dask.compute`` runs the whole job (on the default client when there is one,
 else on Dask's threaded scheduler).
+
+Data read from storage (a :class:`~ember.distributed.Dataset` over zarr) is
+*streamed* instead: a few tasks per worker, each reading its share of the row
+chunks one at a time straight from storage and adding up their gradients, so
+the scheduler handles a dozen tasks a pass instead of three per chunk (on
+small workers, whose memory allows only small chunks, those tasks cost more
+than the model). A task that dies with its worker runs again elsewhere.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from .._errors import ShapeError
 from ..autodiff import Tensor
 from ..autodiff import raw_value
 
-__all__ = ["chunked_value_and_grad", "chunked_grad", "as_row_chunked"]
+__all__ = ["chunked_value_and_grad", "chunked_grad", "as_row_chunked", "streamed_value_and_grad", "ZarrRows"]
 
 NOT_DASK = (
     "{op}: data argument {i} is a {kind}, not a dask array. Fix: wrap it, e.g. "
@@ -140,13 +147,188 @@ def chunked_value_and_grad(
     blocks = [a.to_delayed().reshape(-1) for a in arrays]
     task = dask.delayed(_chunk_value_and_grad, pure=True)
     parts = [task(loss, p, None, *[b[i] for b in blocks]) for i in range(len(blocks[0]))]
+    total = _tree_sum(parts, split_every)
+    if reduce == "mean":
+        total = dask.delayed(_scale, pure=True)(total, 1.0 / arrays[0].shape[0])
+    if not compute:
+        return total
+    (res,) = dask.compute(total)
+    return res
+
+
+class ZarrRows:
+    """Rows ``[start, stop)`` of a zarr array, read where the task runs (a streamed source).
+
+    Holds the zarr array itself (its store and path travel with the task, not
+    its data)."""
+
+    def __init__(self, array: Any):
+        self.array = array
+
+    def __dask_tokenize__(self):
+        return ("ember.ZarrRows", str(getattr(self.array, "store", "")), str(getattr(self.array, "path", "")),
+                tuple(self.array.shape))
+
+    def read(self, start: int, stop: int) -> Any:
+        import numpy as np
+
+        return np.asarray(self.array[start:stop])
+
+
+def _stream_task(loss, params, readers, ranges):
+    """One task: the summed value and gradient of ``loss`` over row ranges read one at a time.
+
+    Reads run in the task's own thread: threads of a pool of its own each got a
+    heap of their own from glibc, and the freed memory every heap kept pushed
+    150 MiB workers over their limit. While the task runs, the process keeps
+    freed memory of one range for the next read (``_keep_freed``)."""
+    total = None
+    with _keep_freed() as keep:
+        for start, stop in ranges:
+            blocks = [r.read(start, stop) for r in readers]
+            keep(sum(int(getattr(b, "nbytes", 0)) for b in blocks))
+            part = _chunk_value_and_grad(loss, params, None, *blocks)
+            del blocks
+            total = part if total is None else _add(total, part)
+    return total
+
+
+class _KeepFreed:
+    """While streamed tasks run in a Dask worker, glibc keeps freed memory of one range.
+
+    Why: Dask starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, so every
+    range-sized buffer a read allocates is mapped afresh and handed back when
+    freed, and the page faults of mapping it made reading a 3 MB zarr chunk three
+    times slower. The threshold (``ember.config(malloc_trim_threshold=...)``) is
+    set by the first task that needs it and set back when the last one ends, so an
+    idle worker holds no more memory than before; a threshold the user set stays.
+    Outside a worker (Dask's threads in the user's process) malloc is left as it is.
+    """
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.kept = 0
+        self.ctx = None
+
+    def __call__(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            with self.lock:
+                self.depth += 1
+            try:
+                yield self.keep
+            finally:
+                with self.lock:
+                    self.depth -= 1
+                    if self.depth == 0 and self.ctx is not None:
+                        self.ctx.__exit__(None, None, None)
+                        self.ctx, self.kept = None, 0
+
+        return scope()
+
+    def keep(self, nbytes: int) -> None:
+        from .. import config
+
+        with self.lock:
+            if nbytes <= self.kept or self.depth == 0:
+                return
+            if not _in_worker():
+                self.kept = 1 << 62  # (never again in this scope)
+                return
+            with config() as current:
+                user_set = self.ctx is None and current["malloc_trim_threshold"] is not None
+            if user_set:
+                self.kept = 1 << 62  # (never again in this scope)
+                return
+            if self.ctx is not None:
+                self.ctx.__exit__(None, None, None)
+            self.ctx = config(malloc_trim_threshold=int(nbytes))
+            self.ctx.__enter__()
+            self.kept = nbytes
+
+
+_keep_freed = _KeepFreed()
+
+
+def _in_worker() -> bool:
+    try:
+        from distributed import get_worker
+
+        get_worker()
+        return True
+    except (ImportError, ValueError):
+        return False
+
+
+def _default_client():
+    try:
+        from distributed import default_client
+
+        return default_client()
+    except (ImportError, ValueError):
+        return None
+
+
+def _parallelism(client) -> int:
+    """Threads the default scheduler runs tasks on: the default client's, else this machine's cores."""
+    import os
+
+    if client is None:
+        return os.cpu_count() or 1
+    info = client.scheduler_info()
+    return max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
+
+
+def _tree_sum(parts: list, split_every: int):
+    import dask
+
     add = dask.delayed(_add, pure=True)
     k = max(2, int(split_every))
     while len(parts) > 1:
         parts = [add(*parts[i:i + k]) if len(parts[i:i + k]) > 1 else parts[i] for i in range(0, len(parts), k)]
-    total = parts[0]
+    return parts[0]
+
+
+def streamed_value_and_grad(
+    loss: Callable[..., Any],
+    params: Any,
+    readers: list,
+    ranges: list[tuple[int, int]],
+    *,
+    reduce: str = "sum",
+    split_every: int = 8,
+    tasks: int | None = None,
+    compute: bool = True,
+) -> Any:
+    """:func:`chunked_value_and_grad` over row ``ranges`` that tasks read from ``readers``.
+
+    ``readers[i].read(start, stop)`` gives rows ``[start, stop)`` of data argument i
+    (e.g. :class:`ZarrRows`). The ranges are split into ``tasks`` consecutive groups
+    (default: four per thread of the scheduler, so a slow or lost worker delays a
+    quarter of its share); each task reads and differentiates its ranges one at a
+    time, so a worker holds one range of each input at once.
+    """
+    op = "chunked_value_and_grad"
+    if reduce not in ("sum", "mean"):
+        raise ValueError(BAD_REDUCE.format(op=op, reduce=reduce))
+    import dask
+
+    ranges = [(int(a), int(b)) for a, b in ranges]
+    client = _default_client()
+    k = max(1, min(len(ranges), tasks if tasks is not None else 4 * _parallelism(client)))
+    params_raw = _tree.map(lambda t: raw_value(t) if isinstance(t, Tensor) else t, params)
+    p = dask.delayed(params_raw, pure=True, traverse=False)
+    task = dask.delayed(_stream_task, pure=False)  # (storage may change between passes)
+    bounds = [len(ranges) * i // k for i in range(k + 1)]
+    parts = [task(loss, p, readers, ranges[bounds[i]:bounds[i + 1]]) for i in range(k)]
+    total = _tree_sum(parts, split_every)
     if reduce == "mean":
-        total = dask.delayed(_scale, pure=True)(total, 1.0 / arrays[0].shape[0])
+        total = dask.delayed(_scale, pure=True)(total, 1.0 / sum(b - a for a, b in ranges))
     if not compute:
         return total
     (res,) = dask.compute(total)

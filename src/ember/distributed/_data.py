@@ -21,12 +21,16 @@ import concurrent.futures
 from typing import Any, Callable, Iterator
 
 from array_api_compat import is_dask_array as _is_dask
-from ._chunked import as_row_chunked, chunked_value_and_grad
+from ._chunked import ZarrRows, as_row_chunked, chunked_value_and_grad, streamed_value_and_grad
 
 __all__ = ["Dataset"]
 
 EMPTY = "Dataset: give at least one array (e.g. Dataset(X, y))"
 BAD_BATCH = "Dataset: batch_size must be a positive int, not {batch_size!r}"
+
+
+def _is_zarr(a) -> bool:
+    return type(a).__module__.startswith("zarr")
 
 
 def _as_dask(a):
@@ -39,7 +43,7 @@ def _as_dask(a):
         return r
     import dask.array as da
 
-    if type(r).__module__.startswith("zarr"):
+    if _is_zarr(r):
         return da.from_zarr(r)
     return da.from_array(r, chunks=(max(1, min(len(r), 65536)),) + (-1,) * (r.ndim - 1))
 
@@ -52,6 +56,10 @@ class Dataset:
     full-batch gradients summed over chunks (:meth:`value_and_grad`).
     Batches are tuples of NumPy arrays (one per input array); a rich
     progress bar shows the epoch's progress unless ``progress=False``.
+    Over zarr arrays (:meth:`from_zarr`, or zarr arrays given directly), the
+    full-batch gradients are *streamed*: a few tasks per worker each read their
+    share of the chunks from storage one at a time (see
+    :mod:`ember.distributed`'s ``chunked_value_and_grad``).
 
     >>> import dask.array as da
     >>> from ember.distributed import Dataset
@@ -75,6 +83,8 @@ class Dataset:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(BAD_BATCH.format(batch_size=batch_size))
         self.arrays = as_row_chunked("Dataset", [_as_dask(a) for a in arrays])
+        #: where tasks read each array's rows from (all zarr: streamed gradients), else None
+        self.readers = [ZarrRows(a) for a in arrays] if all(_is_zarr(a) for a in arrays) else None
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -86,9 +96,9 @@ class Dataset:
     @classmethod
     def from_zarr(cls, path: str, names: tuple[str, ...] = ("X", "y"), **kwargs: Any) -> "Dataset":
         """A Dataset over the arrays ``names`` of the zarr group at ``path``."""
-        import dask.array as da
+        import zarr
 
-        return cls(*[da.from_zarr(path, component=n) for n in names], **kwargs)
+        return cls(*[zarr.open_array(path, path=n, mode="r") for n in names], **kwargs)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -183,12 +193,26 @@ class Dataset:
         return self.batches()
 
     # ------------------------------------------------------------------ gradients
-    def value_and_grad(self, loss: Callable[..., Any], params: Any, **kwargs: Any) -> Any:
+    def value_and_grad(self, loss: Callable[..., Any], params: Any, *, chunks: Any = None,
+                       **kwargs: Any) -> Any:
         """Full-batch ``(value, gradient)`` of ``loss`` summed over this Dataset's chunks.
 
-        See :func:`ember.distributed.chunked_value_and_grad` (same keywords).
+        ``chunks``: the indices of the row chunks to use (default: all). See
+        :func:`ember.distributed.chunked_value_and_grad` for the other keywords;
+        ``tasks`` sets how many tasks a streamed pass uses (zarr data only).
         """
-        return chunked_value_and_grad(loss, params, *self.arrays, **kwargs)
+        if chunks is None:
+            chunks = range(len(self.chunks))
+        chunks = list(chunks)
+        if self.readers is not None:
+            starts = [0]
+            for c in self.chunks:
+                starts.append(starts[-1] + c)
+            ranges = [(starts[i], starts[i + 1]) for i in chunks]
+            return streamed_value_and_grad(loss, params, self.readers, ranges, **kwargs)
+        kwargs.pop("tasks", None)
+        blocks = [a.blocks[chunks] for a in self.arrays] if len(chunks) != len(self.chunks) else self.arrays
+        return chunked_value_and_grad(loss, params, *blocks, **kwargs)
 
     def __repr__(self) -> str:
         shapes = ", ".join(str(tuple(a.shape)) for a in self.arrays)

@@ -22,7 +22,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ._chunked import chunked_value_and_grad
 from ._data import Dataset, _progress
 
 __all__ = ["fit", "FitResult"]
@@ -115,9 +114,8 @@ def fit(
         for _ in range(done):
             tick()
         for j in range(done, len(plan)):
-            blocks = [a.blocks[plan[j]] for a in data.arrays]  # this step's row chunks
-            value, grads = chunked_value_and_grad(loss, params, *blocks, reduce=reduce,
-                                                  split_every=split_every)
+            value, grads = data.value_and_grad(loss, params, chunks=plan[j], reduce=reduce,
+                                               split_every=split_every)  # this step's row chunks
             params, state = optimizer.update(params, grads, state)
             losses.append(float(value))
             done = j + 1

@@ -1,0 +1,155 @@
+"""Streamed full-batch gradients over zarr: tasks read their chunks from storage one at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+zarr = pytest.importorskip("zarr")
+
+import ember  # noqa: E402
+import ember.autodiff.numpy as xn  # noqa: E402
+import ember.distributed as ed  # noqa: E402
+from ember.distributed._chunked import ZarrRows, streamed_value_and_grad  # noqa: E402
+
+
+def _loss(p, X, y):
+    xp = X.__array_namespace__()
+    z = X @ p["w"] + p["b"]
+    return xp.sum(xp.logaddexp(xp.zeros_like(z), z) - y * z)
+
+
+def _data(n=70, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = (rng.random(n) > 0.5).astype(np.float64)
+    p = {"w": rng.standard_normal(d), "b": np.asarray(0.3)}
+    return X, y, p
+
+
+def _zarr_dataset(tmp_path, X, y, rows):
+    path = str(tmp_path / "d.zarr")
+    da.from_array(X, chunks=(rows, X.shape[1])).to_zarr(path, component="X")
+    da.from_array(y, chunks=rows).to_zarr(path, component="y")
+    return ed.Dataset.from_zarr(path, progress=False)
+
+
+def _expected(p, X, y, rows=None):
+    v, g = ember.value_and_grad(_loss)(p, xn.asarray(X), xn.asarray(y))
+    return float(v), {k: np.asarray(g[k]._value if hasattr(g[k], "_value") else g[k]) for k in g}
+
+
+@pytest.mark.parametrize("tasks", [None, 1, 3, 100])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_streamed_pass_equals_the_in_memory_gradient(tmp_path, tasks, reduce):
+    X, y, p = _data()
+    ds = _zarr_dataset(tmp_path, X, y, rows=16)  # 5 chunks, the last one short
+    assert ds.readers is not None and len(ds.chunks) == 5
+    with dask.config.set(scheduler="threads"):
+        v, g = ds.value_and_grad(_loss, p, reduce=reduce, tasks=tasks)
+    ev, eg = _expected(p, X, y)
+    scale = 1 / len(X) if reduce == "mean" else 1
+    np.testing.assert_allclose(float(v), ev * scale, rtol=1e-12)
+    for k in p:
+        np.testing.assert_allclose(np.asarray(g[k]), eg[k] * scale, rtol=1e-12, atol=1e-14)
+
+
+def test_streamed_pass_over_some_chunks_in_any_order(tmp_path):
+    X, y, p = _data()
+    ds = _zarr_dataset(tmp_path, X, y, rows=16)
+    rows = np.concatenate([np.arange(48, 64), np.arange(0, 16)])  # chunks 3 then 0
+    with dask.config.set(scheduler="sync"):
+        v, g = ds.value_and_grad(_loss, p, chunks=[3, 0], tasks=2)
+    ev, eg = _expected(p, X[rows], y[rows])
+    np.testing.assert_allclose(float(v), ev, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(g["w"]), eg["w"], rtol=1e-12)
+
+
+def test_streamed_and_chunked_passes_agree(tmp_path):
+    """The same Dataset over dask arrays (one task per chunk) and over zarr (streamed)."""
+    X, y, p = _data(n=64)
+    zds = _zarr_dataset(tmp_path, X, y, rows=16)
+    dds = ed.Dataset(da.from_array(X, chunks=(16, 5)), da.from_array(y, chunks=16), progress=False)
+    assert dds.readers is None
+    with dask.config.set(scheduler="threads"):
+        zv, zg = zds.value_and_grad(_loss, p, reduce="mean")
+        dv, dg = dds.value_and_grad(_loss, p, reduce="mean", tasks=3)  # (tasks: ignored here)
+    np.testing.assert_allclose(float(zv), float(dv), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(zg["w"]), np.asarray(dg["w"]), rtol=1e-12)
+
+
+def test_a_task_holds_one_range_at_a_time():
+    """Each task reads its ranges in order, every input of a range before the next range,
+    and the blocks of a range are gone before the next range is read."""
+    import weakref
+
+    X, y, p = _data(n=40)
+    seen, alive = [], []
+
+    class Rows:
+        def __init__(self, a, name):
+            self.a, self.name = a, name
+
+        def read(self, start, stop):
+            held = [rng for ref, rng in alive if ref() is not None and rng != (start, stop)]
+            assert not held, f"blocks of {held} still alive when reading {(start, stop)}"
+            seen.append((self.name, start, stop))
+            out = self.a[start:stop].copy()
+            alive.append((weakref.ref(out), (start, stop)))
+            return out
+
+    ranges = [(0, 10), (10, 20), (20, 30), (30, 40)]
+    with dask.config.set(scheduler="sync"):
+        v, g = streamed_value_and_grad(_loss, p, [Rows(X, "X"), Rows(y, "y")], ranges, tasks=1)
+    assert seen == [(n, a, b) for a, b in ranges for n in "Xy"]
+    ev, eg = _expected(p, X, y)
+    np.testing.assert_allclose(float(v), ev, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(g["w"]), eg["w"], rtol=1e-12)
+
+
+def test_zarr_rows_reads_a_row_range(tmp_path):
+    X, _, _ = _data(n=30)
+    z = zarr.open_array(str(tmp_path / "a.zarr"), mode="w", shape=X.shape, chunks=(7, 5), dtype=X.dtype)
+    z[:] = X
+    np.testing.assert_array_equal(ZarrRows(z).read(5, 19), X[5:19])
+
+
+def test_streamed_pass_rejects_a_bad_reduce(tmp_path):
+    X, y, p = _data()
+    ds = _zarr_dataset(tmp_path, X, y, rows=16)
+    with pytest.raises(ValueError, match="reduce must be 'sum' or 'mean'"):
+        ds.value_and_grad(_loss, p, reduce="max")
+
+
+def _trim_threshold():
+    with ember.config() as current:
+        return current["malloc_trim_threshold"]
+
+
+def test_tasks_keep_freed_memory_only_while_they_run_in_a_worker(monkeypatch):
+    from ember.distributed import _chunked
+
+    keep_freed = _chunked._KeepFreed()
+    monkeypatch.setattr(_chunked, "_in_worker", lambda: True)
+    assert _trim_threshold() is None
+    with keep_freed() as keep:
+        keep(3 << 20)
+        assert _trim_threshold() == 3 << 20
+        with keep_freed() as inner:  # a second task in another thread of the worker
+            inner(5 << 20)
+            assert _trim_threshold() == 5 << 20
+        assert _trim_threshold() == 5 << 20  # until the last task ends
+    assert _trim_threshold() is None
+
+    with ember.config(malloc_trim_threshold=1 << 20):  # the user's own setting stays
+        with keep_freed() as keep:
+            keep(3 << 20)
+            assert _trim_threshold() == 1 << 20
+        assert _trim_threshold() == 1 << 20
+
+    monkeypatch.setattr(_chunked, "_in_worker", lambda: False)  # the user's process: untouched
+    with keep_freed() as keep:
+        keep(3 << 20)
+        assert _trim_threshold() is None
