@@ -81,8 +81,9 @@ def test_streamed_and_chunked_passes_agree(tmp_path):
 
 
 def test_a_task_holds_one_range_at_a_time():
-    """Each task reads its ranges in order, every input of a range before the next range,
-    and the blocks of a range are gone before the next range is read."""
+    """Each task reads its ranges in order and the features of a range are gone before the
+    next range is read; the labels (5x smaller rows here) are read ahead over the next
+    contiguous ranges, up to the bytes of one range of features."""
     import weakref
 
     X, y, p = _data(n=40)
@@ -93,18 +94,42 @@ def test_a_task_holds_one_range_at_a_time():
             self.a, self.name = a, name
 
         def read(self, start, stop):
-            held = [rng for ref, rng in alive if ref() is not None and rng != (start, stop)]
-            assert not held, f"blocks of {held} still alive when reading {(start, stop)}"
+            held = [rng for ref, rng in alive if ref() is not None and rng[0] != start]
+            assert not held, f"features of {held} still alive when reading {(start, stop)}"
             seen.append((self.name, start, stop))
             out = self.a[start:stop].copy()
-            alive.append((weakref.ref(out), (start, stop)))
+            if self.name == "X":
+                alive.append((weakref.ref(out), (start, stop)))
             return out
 
     ranges = [(0, 10), (10, 20), (20, 30), (30, 40)]
     with dask.config.set(scheduler="sync"):
         v, g = streamed_value_and_grad(_loss, p, [Rows(X, "X"), Rows(y, "y")], ranges, tasks=1)
-    assert seen == [(n, a, b) for a, b in ranges for n in "Xy"]
+    # labels: 8 bytes a row against 40, so one read of 50 rows at most (400 bytes)
+    assert seen == [("X", 0, 10), ("y", 0, 10), ("X", 10, 20), ("y", 10, 40), ("X", 20, 30), ("X", 30, 40)]
     ev, eg = _expected(p, X, y)
+    np.testing.assert_allclose(float(v), ev, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(g["w"]), eg["w"], rtol=1e-12)
+
+
+def test_read_ahead_stops_at_a_gap_between_ranges():
+    X, y, p = _data(n=40)
+    seen = []
+
+    class Rows:
+        def __init__(self, a, name):
+            self.a, self.name = a, name
+
+        def read(self, start, stop):
+            seen.append((self.name, start, stop))
+            return self.a[start:stop]
+
+    ranges = [(30, 40), (0, 10), (10, 20)]  # shuffled chunks: (0, 10) does not follow (30, 40)
+    with dask.config.set(scheduler="sync"):
+        v, g = streamed_value_and_grad(_loss, p, [Rows(X, "X"), Rows(y, "y")], ranges, tasks=1)
+    assert [r for r in seen if r[0] == "y"] == [("y", 30, 40), ("y", 0, 20)]
+    rows = np.r_[30:40, 0:20]
+    ev, eg = _expected(p, X[rows], y[rows])
     np.testing.assert_allclose(float(v), ev, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(g["w"]), eg["w"], rtol=1e-12)
 
