@@ -157,16 +157,19 @@ def test_tasks_keep_freed_memory_only_while_they_run_in_a_worker(monkeypatch):
     from ember.distributed import _chunked
 
     keep_freed = _chunked._KeepFreed()
+    released = []
+    monkeypatch.setattr(keep_freed, "_release", lambda: released.append(1))
     monkeypatch.setattr(_chunked, "_in_worker", lambda: True)
     assert _trim_threshold() is None
     with keep_freed() as keep:
+        assert released == [1]  # the first task hands back what earlier tasks left freed
         keep(3 << 20)
         assert _trim_threshold() == 3 << 20
         with keep_freed() as inner:  # a second task in another thread of the worker
             inner(5 << 20)
             assert _trim_threshold() == 5 << 20
         assert _trim_threshold() == 5 << 20  # until the last task ends
-    assert _trim_threshold() is None
+    assert _trim_threshold() is None and released == [1]
 
     with ember.config(malloc_trim_threshold=1 << 20):  # the user's own setting stays
         with keep_freed() as keep:
@@ -178,3 +181,23 @@ def test_tasks_keep_freed_memory_only_while_they_run_in_a_worker(monkeypatch):
     with keep_freed() as keep:
         keep(3 << 20)
         assert _trim_threshold() is None
+
+
+def test_a_worker_near_its_pause_threshold_keeps_nothing(monkeypatch):
+    from ember.distributed import _chunked
+
+    keep_freed = _chunked._KeepFreed()
+    monkeypatch.setattr(keep_freed, "_release", lambda: None)
+    monkeypatch.setattr(_chunked, "_in_worker", lambda: True)
+    near = [False]
+    monkeypatch.setattr(_chunked, "_near_limit", lambda: near[0])
+    with keep_freed() as keep:
+        keep(3 << 20)
+        assert _trim_threshold() == 3 << 20
+        near[0] = True  # memory rose: what was kept goes back, and nothing more is kept
+        keep(3 << 20)
+        assert _trim_threshold() is None
+        near[0] = False
+        keep(4 << 20)
+        assert _trim_threshold() is None
+    assert _trim_threshold() is None

@@ -227,6 +227,10 @@ class _KeepFreed:
     times slower. The threshold (``ember.config(malloc_trim_threshold=...)``) is
     set by the first task that needs it and set back when the last one ends, so an
     idle worker holds no more memory than before; a threshold the user set stays.
+    The first task also hands back what earlier tasks left freed in the heap, and
+    once the worker's memory comes within a tenth of its limit of where Dask
+    pauses it (freed memory sits in a heap per thread, zarr's I/O threads' too),
+    nothing more is kept until the last task ends.
     Outside a worker (Dask's threads in the user's process) malloc is left as it is.
     """
 
@@ -244,6 +248,8 @@ class _KeepFreed:
         @contextlib.contextmanager
         def scope():
             with self.lock:
+                if self.depth == 0 and _in_worker():
+                    self._release()
                 self.depth += 1
             try:
                 yield self.keep
@@ -256,19 +262,35 @@ class _KeepFreed:
 
         return scope()
 
+    @staticmethod
+    def _release() -> None:
+        """Hand back the freed memory earlier tasks left in the heap (a zarr write's chunks
+        left 150 MiB workers at 138 MiB, too close to their limit for the first read)."""
+        from .. import config
+
+        with config() as current:
+            if current["malloc_trim_threshold"] is None:
+                config(malloc_trim_threshold=None)  # (glibc's defaults, and malloc_trim)
+
     def keep(self, nbytes: int) -> None:
         from .. import config
 
         with self.lock:
-            if nbytes <= self.kept or self.depth == 0:
+            if self.depth == 0 or self.kept == _NEVER:
+                return
+            if self.ctx is not None and _near_limit():  # the worker needs its memory back
+                self.ctx.__exit__(None, None, None)  # (glibc's defaults, and malloc_trim)
+                self.ctx, self.kept = None, _NEVER
+                return
+            if nbytes <= self.kept:
                 return
             if not _in_worker():
-                self.kept = 1 << 62  # (never again in this scope)
+                self.kept = _NEVER
                 return
             with config() as current:
                 user_set = self.ctx is None and current["malloc_trim_threshold"] is not None
             if user_set:
-                self.kept = 1 << 62  # (never again in this scope)
+                self.kept = _NEVER
                 return
             if self.ctx is not None:
                 self.ctx.__exit__(None, None, None)
@@ -278,6 +300,25 @@ class _KeepFreed:
 
 
 _keep_freed = _KeepFreed()
+#: _KeepFreed.kept once it must keep nothing more until the last task ends
+_NEVER = 1 << 62
+#: how far below the fraction of its limit at which Dask pauses a worker the worker stops
+#: keeping freed memory
+_MARGIN = 0.1
+
+
+def _near_limit() -> bool:
+    """Whether this worker's memory is within ``_MARGIN`` of where Dask pauses it."""
+    try:
+        import dask
+        import psutil
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+        pause = dask.config.get("distributed.worker.memory.pause", default=0.8) or 0.8
+        return bool(limit) and psutil.Process().memory_info().rss > (float(pause) - _MARGIN) * limit
+    except (ImportError, ValueError, AttributeError):
+        return False
 
 
 def _in_worker() -> bool:
