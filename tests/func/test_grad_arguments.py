@@ -61,6 +61,22 @@ def test_integer_or_bool_array_arguments_raise(x):
     assert isinstance(e.value, TypeError)
 
 
+@pytest.mark.parametrize("x", [
+    np.arange(3) + 5,
+    xp.arange(3),
+    xp.asarray([True, False]),
+], ids=["numpy-int", "tensor-int", "bool"])
+def test_vjp_with_nothing_floating_raises_and_keeps_integer_arguments_beside_floats(x):
+    with pytest.raises(ember.NotDifferentiableError, match="vjp: no argument holds a floating") as e:
+        ember.vjp(lambda a: a * 2.0, x)
+    assert str(x.dtype) in str(e.value)
+    w = xp.asarray([1.0, 2.0, 3.0])
+    out, pull = ember.vjp(lambda a, i: a[i], w, xp.asarray([2, 0]))  # indices beside a float array
+    gw, gi = pull(xp.asarray([10.0, 1.0]))
+    np.testing.assert_array_equal(gw.raw, [1.0, 0.0, 10.0])
+    np.testing.assert_array_equal(gi.raw, [2, 0])  # a constant keeps its value
+
+
 def test_python_int_argument_raises():
     with pytest.raises(ember.NotDifferentiableError, match="the Python int 3"):
         ember.grad(lambda a: xp.asarray(2.0) * a)(3)

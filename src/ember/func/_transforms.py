@@ -67,6 +67,11 @@ NOT_DIFFERENTIABLE_ARG = (
     "defined for real or complex floating inputs only. Fix: pass floating arrays (e.g. "
     "xp.astype(x, xp.float64)), or leave this argument out of argnums to keep it a constant"
 )
+NOTHING_TO_DIFFERENTIATE = (
+    "vjp: no argument holds a floating-point array ({whats}), so there is nothing to "
+    "differentiate and every cotangent would be an input returned as it is. Fix: pass floating "
+    "arrays (e.g. xp.astype(x, xp.float64)), or call f directly"
+)
 PYTHON_NUMBERS_ARG = (
     "{op}: argument {i} is a {kind} of Python numbers with no array in it; a structure keeps "
     "Python numbers as constants, so their gradient would be the numbers themselves. Fix: "
@@ -506,6 +511,10 @@ def vjp(f: Callable, *primals: Any, has_aux: bool = False, checkpointing: str = 
     except BaseException:
         trace.release()  # no vjp_fn will own the tape
         raise
+    if primals and all(t is None for _, _, ts in per_arg for t in ts):
+        trace.release()
+        whats = ", ".join(f"dtype {a.dtype}" if hasattr(a, "dtype") else type(a).__name__ for a in primals)
+        raise NotDifferentiableError(NOTHING_TO_DIFFERENTIATE.format(whats=whats))
     out_leaves, out_def = _tree.flatten(res)
     all_raw = all(t is None or t.raw_input for _, _, ts in per_arg for t in ts)
 
