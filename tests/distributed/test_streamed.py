@@ -201,3 +201,7 @@ def test_a_worker_near_its_pause_threshold_keeps_nothing(monkeypatch):
         keep(4 << 20)
         assert _trim_threshold() is None
     assert _trim_threshold() is None
+    with keep_freed() as keep:  # a later task, with memory to spare again, keeps
+        keep(3 << 20)
+        assert _trim_threshold() == 3 << 20
+    assert _trim_threshold() is None

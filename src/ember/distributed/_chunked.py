@@ -256,9 +256,10 @@ class _KeepFreed:
             finally:
                 with self.lock:
                     self.depth -= 1
-                    if self.depth == 0 and self.ctx is not None:
-                        self.ctx.__exit__(None, None, None)
-                        self.ctx, self.kept = None, 0
+                    if self.depth == 0:
+                        if self.ctx is not None:
+                            self.ctx.__exit__(None, None, None)
+                        self.ctx, self.kept = None, 0  # (the next task decides afresh)
 
         return scope()
 
