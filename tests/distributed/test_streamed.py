@@ -187,16 +187,20 @@ def test_a_worker_near_its_pause_threshold_keeps_nothing(monkeypatch):
     from ember.distributed import _chunked
 
     keep_freed = _chunked._KeepFreed()
-    monkeypatch.setattr(keep_freed, "_release", lambda: None)
+    released = []
+    monkeypatch.setattr(keep_freed, "_release", lambda: released.append(1))
     monkeypatch.setattr(_chunked, "_in_worker", lambda: True)
     near = [False]
     monkeypatch.setattr(_chunked, "_near_limit", lambda: near[0])
     with keep_freed() as keep:
         keep(3 << 20)
-        assert _trim_threshold() == 3 << 20
+        assert _trim_threshold() == 3 << 20 and released == [1]
         near[0] = True  # memory rose: what was kept goes back, and nothing more is kept
         keep(3 << 20)
-        assert _trim_threshold() is None
+        assert _trim_threshold() is None and released == [1]
+        for _ in range(2 * _chunked._TRIM_EVERY):  # still near: what is freed goes back every few
+            keep(3 << 20)
+        assert released == [1, 1, 1]
         near[0] = False
         keep(4 << 20)
         assert _trim_threshold() is None

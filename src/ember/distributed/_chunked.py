@@ -230,7 +230,8 @@ class _KeepFreed:
     The first task also hands back what earlier tasks left freed in the heap, and
     once the worker's memory comes within a tenth of its limit of where Dask
     pauses it (freed memory sits in a heap per thread, zarr's I/O threads' too),
-    nothing more is kept until the last task ends.
+    nothing more is kept until the last task ends, and what is freed goes back
+    every few ranges while the worker stays there.
     Outside a worker (Dask's threads in the user's process) malloc is left as it is.
     """
 
@@ -241,6 +242,7 @@ class _KeepFreed:
         self.depth = 0
         self.kept = 0
         self.ctx = None
+        self.near = 0  # ranges read near the limit (the valve trims every _TRIM_EVERY-th)
 
     def __call__(self):
         import contextlib
@@ -259,7 +261,7 @@ class _KeepFreed:
                     if self.depth == 0:
                         if self.ctx is not None:
                             self.ctx.__exit__(None, None, None)
-                        self.ctx, self.kept = None, 0  # (the next task decides afresh)
+                        self.ctx, self.kept, self.near = None, 0, 0  # (the next task decides afresh)
 
         return scope()
 
@@ -277,16 +279,18 @@ class _KeepFreed:
         from .. import config
 
         with self.lock:
-            if self.depth == 0 or self.kept == _NEVER:
+            if self.depth == 0 or not _in_worker():
                 return
-            if self.ctx is not None and _near_limit():  # the worker needs its memory back
-                self.ctx.__exit__(None, None, None)  # (glibc's defaults, and malloc_trim)
-                self.ctx, self.kept = None, _NEVER
-                return
-            if nbytes <= self.kept:
-                return
-            if not _in_worker():
+            if _near_limit():  # the worker needs its memory back: now, and every few ranges
+                if self.ctx is not None:
+                    self.ctx.__exit__(None, None, None)  # (glibc's defaults, and malloc_trim)
+                    self.ctx = None
+                elif self.near % _TRIM_EVERY == 0:
+                    self._release()
+                self.near += 1
                 self.kept = _NEVER
+                return
+            if nbytes <= self.kept:  # (also _NEVER: nothing more is kept in this scope)
                 return
             with config() as current:
                 user_set = self.ctx is None and current["malloc_trim_threshold"] is not None
@@ -303,6 +307,8 @@ class _KeepFreed:
 _keep_freed = _KeepFreed()
 #: _KeepFreed.kept once it must keep nothing more until the last task ends
 _NEVER = 1 << 62
+#: while a worker is near its limit, every how many ranges freed memory goes back
+_TRIM_EVERY = 4
 #: how far below the fraction of its limit at which Dask pauses a worker the worker stops
 #: keeping freed memory
 _MARGIN = 0.1
