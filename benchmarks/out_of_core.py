@@ -35,15 +35,9 @@ from typing import Any
 
 import numpy as np
 from _harness import Skip, Workload, configure_env, ensure_src_on_path, optional_import, reexec_clean_env, run_cli
+from dask_throughput import D, logistic_loss
 
-D = 64
 REPEATS = 12  # the NumPy reference: 1/REPEATS of the rows in memory, REPEATS passes
-
-
-def logistic_loss(p: Any, X: Any, y: Any) -> Any:
-    xp = X.__array_namespace__()
-    z = X @ p["w"] + p["b"]
-    return xp.sum(xp.logaddexp(xp.zeros_like(z), z) - y * z)
 
 
 def _labels(block: np.ndarray, w: np.ndarray) -> np.ndarray:

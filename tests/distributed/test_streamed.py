@@ -191,7 +191,7 @@ def test_a_worker_near_its_pause_threshold_keeps_nothing(monkeypatch):
     monkeypatch.setattr(keep_freed, "_release", lambda: released.append(1))
     monkeypatch.setattr(_chunked, "_in_worker", lambda: True)
     near = [False]
-    monkeypatch.setattr(_chunked, "_near_limit", lambda: near[0])
+    monkeypatch.setattr(_chunked, "_near_limit", lambda near_at: near[0])
     with keep_freed() as keep:
         keep(3 << 20)
         assert _trim_threshold() == 3 << 20 and released == [1]

@@ -49,11 +49,15 @@ def test_vjp_of_a_python_float():
     assert float(pull(xp.asarray(1.0))[0]) == 6.0
 
 
-@pytest.mark.parametrize("x", [
+#: arrays with nothing to differentiate
+NOT_FLOATING = pytest.mark.parametrize("x", [
     np.arange(3) + 5,
     xp.arange(3),
     xp.asarray([True, False]),
 ], ids=["numpy-int", "tensor-int", "bool"])
+
+
+@NOT_FLOATING
 def test_integer_or_bool_array_arguments_raise(x):
     with pytest.raises(ember.NotDifferentiableError, match="argument 0") as e:
         ember.grad(lambda a: xp.sum(a ** 2))(x)
@@ -61,11 +65,7 @@ def test_integer_or_bool_array_arguments_raise(x):
     assert isinstance(e.value, TypeError)
 
 
-@pytest.mark.parametrize("x", [
-    np.arange(3) + 5,
-    xp.arange(3),
-    xp.asarray([True, False]),
-], ids=["numpy-int", "tensor-int", "bool"])
+@NOT_FLOATING
 def test_vjp_with_nothing_floating_raises_and_keeps_integer_arguments_beside_floats(x):
     with pytest.raises(ember.NotDifferentiableError, match="vjp: no argument holds a floating") as e:
         ember.vjp(lambda a: a * 2.0, x)

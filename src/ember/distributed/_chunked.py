@@ -25,6 +25,7 @@ from typing import Any, Callable
 from .. import tree as _tree
 from array_api_compat import is_dask_array as _is_dask
 from .._errors import ShapeError
+from ._cluster import _rss
 from ..autodiff import Tensor
 from ..autodiff import raw_value
 
@@ -243,6 +244,8 @@ class _KeepFreed:
         self.kept = 0
         self.ctx = None
         self.near = 0  # ranges read near the limit (the valve trims every _TRIM_EVERY-th)
+        self.worker = False  # whether the tasks run in a Dask worker (decided by the first)
+        self.near_at = None  # the worker's memory (bytes) from which nothing is kept, or None
 
     def __call__(self):
         import contextlib
@@ -250,8 +253,11 @@ class _KeepFreed:
         @contextlib.contextmanager
         def scope():
             with self.lock:
-                if self.depth == 0 and _in_worker():
-                    self._release()
+                if self.depth == 0:
+                    self.worker = _in_worker()
+                    self.near_at = _near_bytes() if self.worker else None
+                    if self.worker:
+                        self._release()
                 self.depth += 1
             try:
                 yield self.keep
@@ -271,17 +277,16 @@ class _KeepFreed:
         left 150 MiB workers at 138 MiB, too close to their limit for the first read)."""
         from .. import config
 
-        with config() as current:
-            if current["malloc_trim_threshold"] is None:
-                config(malloc_trim_threshold=None)  # (glibc's defaults, and malloc_trim)
+        if _user_threshold() is None:
+            config(malloc_trim_threshold=None)  # (glibc's defaults, and malloc_trim)
 
     def keep(self, nbytes: int) -> None:
         from .. import config
 
         with self.lock:
-            if self.depth == 0 or not _in_worker():
+            if self.depth == 0 or not self.worker:
                 return
-            if _near_limit():  # the worker needs its memory back: now, and every few ranges
+            if _near_limit(self.near_at):  # the worker needs its memory back: now, and every few ranges
                 if self.ctx is not None:
                     self.ctx.__exit__(None, None, None)  # (glibc's defaults, and malloc_trim)
                     self.ctx = None
@@ -292,9 +297,7 @@ class _KeepFreed:
                 return
             if nbytes <= self.kept:  # (also _NEVER: nothing more is kept in this scope)
                 return
-            with config() as current:
-                user_set = self.ctx is None and current["malloc_trim_threshold"] is not None
-            if user_set:
+            if self.ctx is None and _user_threshold() is not None:
                 self.kept = _NEVER
                 return
             if self.ctx is not None:
@@ -314,18 +317,31 @@ _TRIM_EVERY = 4
 _MARGIN = 0.1
 
 
-def _near_limit() -> bool:
-    """Whether this worker's memory is within ``_MARGIN`` of where Dask pauses it."""
+def _near_bytes() -> float | None:
+    """The memory (bytes) of this worker from which it keeps no freed memory: ``_MARGIN`` of
+    its limit below where Dask pauses it; None without a limit."""
     try:
         import dask
-        import psutil
         from distributed import get_worker
 
         limit = get_worker().memory_manager.memory_limit
         pause = dask.config.get("distributed.worker.memory.pause", default=0.8) or 0.8
-        return bool(limit) and psutil.Process().memory_info().rss > (float(pause) - _MARGIN) * limit
+        return (float(pause) - _MARGIN) * limit if limit else None
     except (ImportError, ValueError, AttributeError):
-        return False
+        return None
+
+
+def _near_limit(near_at: float | None) -> bool:
+    """Whether this process's memory has reached ``near_at`` bytes (never, for None)."""
+    return near_at is not None and _rss() > near_at
+
+
+def _user_threshold() -> int | None:
+    """The ``malloc_trim_threshold`` in effect (None: malloc as the process found it)."""
+    from .. import config
+
+    with config() as current:
+        return current["malloc_trim_threshold"]
 
 
 def _in_worker() -> bool:

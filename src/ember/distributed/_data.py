@@ -116,6 +116,13 @@ class Dataset:
         """Bytes of all arrays together."""
         return int(sum(a.nbytes for a in self.arrays))
 
+    def _starts(self) -> list[int]:
+        """The first row of each row chunk, then the number of rows."""
+        starts = [0]
+        for c in self.chunks:
+            starts.append(starts[-1] + c)
+        return starts
+
     def __len__(self) -> int:
         """Number of batches per epoch."""
         q, r = divmod(self.n, self.batch_size)
@@ -137,7 +144,7 @@ class Dataset:
         """Row indices in the order epoch ``epoch`` serves them (NumPy int64 array)."""
         import numpy as np
 
-        starts = np.concatenate([[0], np.cumsum(self.chunks)])
+        starts = self._starts()
         parts = [
             starts[i] + (np.arange(self.chunks[i]) if perm is None else perm)
             for i, perm in self._plan(epoch)
@@ -205,9 +212,7 @@ class Dataset:
             chunks = range(len(self.chunks))
         chunks = list(chunks)
         if self.readers is not None:
-            starts = [0]
-            for c in self.chunks:
-                starts.append(starts[-1] + c)
+            starts = self._starts()
             ranges = [(starts[i], starts[i + 1]) for i in chunks]
             return streamed_value_and_grad(loss, params, self.readers, ranges, **kwargs)
         kwargs.pop("tasks", None)

@@ -56,7 +56,11 @@ def _to_raw(x):
 
 
 def _any_raw(trees) -> bool:
-    leaves = _tree.leaves(trees)
+    return _all_raw(_tree.leaves(trees))
+
+
+def _all_raw(leaves) -> bool:
+    """Whether ``leaves`` hold arrays and all of them are raw backend arrays (not Tensors)."""
     arrays = [a for a in leaves if _is_array(a)]
     return bool(arrays) and all(not isinstance(a, Tensor) for a in arrays)
 
@@ -88,7 +92,7 @@ def _transpose_vjp(f: Callable, primals: tuple):
 
 def _check_tangents(primals, tangents):
     def check(path, p, t):
-        if _is_array(p) and _is_array(t) and not shapes_fit(tuple(p.shape), tuple(t.shape)):
+        if not _fits(p, t):
             raise ValueError(
                 TANGENT_SHAPE.format(path=str(path) or "<root>", tshape=tuple(t.shape), pshape=tuple(p.shape))
             )
@@ -121,8 +125,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
     t_leaves, t_def = _tree.flatten(tangents)
     if t_def != p_def or not all(_fits(p, t) for p, t in zip(p_leaves, t_leaves)):
         _check_tangents(primals, tangents)  # (raises, naming the path)
-    arrays = [a for a in p_leaves if _is_array(a)]
-    raw = bool(arrays) and all(not isinstance(a, Tensor) for a in arrays)
+    raw = _all_raw(p_leaves)
     out, t_out = _forward_flat(f, [_as_tensor(p) for p in p_leaves], p_def, [_as_tensor(t) for t in t_leaves])
     if raw:
         out, t_out = _tree.map(_to_raw, out), _tree.map(_to_raw, t_out)
@@ -130,6 +133,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]):
 
 
 def _fits(p, t) -> bool:
+    """Whether tangent ``t`` can have primal ``p``'s shape (or either is not an array)."""
     return not (_is_array(p) and _is_array(t)) or shapes_fit(tuple(p.shape), tuple(t.shape))
 
 
