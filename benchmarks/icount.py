@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPT_OF = {"overhead": "overhead", "mlp_float32": "mlp", "mlp_float64": "mlp", "graph": "graph",
              "cnn": "cnn", "transformer": "transformer", "higher_order": "higher_order",
              "conv2d_float32": "conv", "conv2d_float64": "conv", "jvp_chain": "forward_mode",
-             "jvp_mlp": "forward_mode"}
+             "jvp_mlp": "forward_mode", "jit_chain": "jit", "jit_mlp": "jit", "jit_transformer": "jit"}
 NO_VALGRIND = "icount: valgrind is not on PATH; install it (e.g. apt install valgrind) to count instructions"
 
 

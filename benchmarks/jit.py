@@ -16,7 +16,10 @@ Workloads:
   ``numpy-hand`` (``mlp.py``'s in-place hand-written step), ``ember-step``
   (eager ``train_step`` with ``nn.linear``), ``ember-jit-step`` (that step
   jitted), ``ember-generic`` / ``ember-jit-generic`` (plain ops: matmul,
-  maximum, log-softmax, ``tree.map`` update).
+  maximum, log-softmax, ``tree.map`` update), ``ember-adam`` /
+  ``ember-jit-adam`` (the ``train_step`` with Adam). The ``train_step``
+  loops carry the optimizer state from step to step, as a training loop
+  does: its step counters change every call.
 - ``jit_transformer`` (ms/step): ``transformer.py``'s block step, eager and
   jitted, against ``torch``.
 
@@ -68,9 +71,10 @@ def _chain_setups() -> dict[str, Callable[[], Callable[[], Any]]]:
 
 # ------------------------------------------------------------------ MLP
 def _mlp_step(kind: str) -> Callable[[], Any]:
-    """An ember MLP step: ``fused`` (train_step, nn.linear) or ``generic`` (plain ops)."""
+    """An ember MLP step: ``step`` / ``adam`` (train_step, nn.linear, SGD / Adam) or
+    ``generic`` (plain ops, SGD by hand); ``-jit`` jitted."""
     ember, xp = import_ember()
-    fused, jit = kind.startswith("step"), kind.endswith("jit")
+    fused, jit = not kind.startswith("generic"), kind.endswith("jit")
     with peers.ember_ready():
         params, x, y = make_problem(np.float32)
         xt, yt = xp.asarray(x), xp.asarray(y)
@@ -82,14 +86,14 @@ def _mlp_step(kind: str) -> Callable[[], Any]:
                 h = nn.linear(h, p["W2"], p["b2"], activation=nn.relu)
                 return nn.cross_entropy(nn.linear(h, p["W3"], p["b3"]), yt)
 
-            opt = ember.optim.SGD(LR)
+            opt = ember.optim.Adam(1e-3) if kind.startswith("adam") else ember.optim.SGD(LR)
             p = {k: xp.asarray(v) for k, v in out_in(params).items()}
-            s0 = opt.init(p)
+            p = (p, opt.init(p))
             train = ember.training.train_step(loss, opt)
 
-            def one(p: Any) -> Any:  # (the state of plain SGD is its step count: kept at s0)
-                val, p, _ = train(p, s0, xt, yt)
-                return val, p
+            def one(ps: Any) -> Any:
+                val, p, s = train(*ps, xt, yt)
+                return val, (p, s)
         else:
             p = {k: xp.asarray(v) for k, v in params.items()}
 
@@ -112,7 +116,8 @@ def _mlp_setups() -> dict[str, Callable[[], Callable[[], Any]]]:
     return {"numpy-hand": lambda: setup_numpy_inplace(np.float32),
             "ember-step": lambda: _mlp_step("step"), "ember-jit-step": lambda: _mlp_step("step-jit"),
             "ember-generic": lambda: _mlp_step("generic"),
-            "ember-jit-generic": lambda: _mlp_step("generic-jit")}
+            "ember-jit-generic": lambda: _mlp_step("generic-jit"),
+            "ember-adam": lambda: _mlp_step("adam"), "ember-jit-adam": lambda: _mlp_step("adam-jit")}
 
 
 def bytes_per_step(make: Callable[[], Callable[[], Any]], steps: int = 3) -> int:
@@ -192,7 +197,8 @@ def workloads(quick: bool = False) -> list[Workload]:
         Workload(name="jit_mlp", unit="ms/step", impls=_mlp_setups(), reference="numpy-hand",
                  description="MLP 784-256-256-10 ReLU, batch 128, SGD step, float32",
                  ratios=[("ember-jit-step", "numpy-hand"), ("ember-jit-generic", "numpy-hand"),
-                         ("ember-jit-step", "ember-step"), ("ember-jit-generic", "ember-generic")]),
+                         ("ember-jit-step", "ember-step"), ("ember-jit-generic", "ember-generic"),
+                         ("ember-jit-adam", "ember-adam")]),
         Workload(name="jit_transformer", unit="ms/step", impls=_transformer_setups(quick), reference="torch",
                  description="pre-LN transformer block step (transformer.py), SGD, float32",
                  ratios=[("ember-jit", "torch"), ("ember", "torch")]),

@@ -284,23 +284,29 @@ def test_jit_under_a_transform_is_inlined():
     same(nested(x), jf(x) * 2.0)
 
 
-def test_changing_python_numbers_retrace_warns_and_the_cache_stays_bounded(monkeypatch):
-    # each Python number is part of the signature: a loop feeding a new one every call traces
-    # every call, which jit says (once) instead of silently running slower than eager
+def test_numbers_that_decide_each_graph_retrace_warn_and_the_cache_stays_bounded(monkeypatch):
+    # a number traced after its second value but used as a loop count needs a graph per value:
+    # past MAX_GUARDED graphs it is part of the signature again, and jit says (once) that
+    # every call traces instead of silently running slower than eager
     import ember.func._jit as jit_mod
 
     monkeypatch.setattr(jit_mod, "CACHE_SIZE", 5)
     import ember.autodiff.numpy as xp
 
-    f = ember.jit(lambda x, n: x * n)
+    def f(x, n):
+        for _ in range(n):
+            x = x * 2.0
+        return x
+
+    jf = ember.jit(f)
     x = xp.asarray([1.0, 2.0])
     with pytest.warns(ember.RetraceWarning, match="Python numbers in its arguments changed") as rec:
-        outs = [f(x, float(n)) for n in range(8)]
+        outs = [jf(x, n) for n in range(14)]
     assert len(rec) == 1 and rec[0].filename == __file__  # once, at the caller's line
-    assert [o.raw.tolist() for o in outs] == [[n, 2.0 * n] for n in range(8)]  # each value right
-    assert f.trace_count == 8 and len(f._cache) == 5  # the oldest signatures dropped
-    f(x, 7.0)
-    assert f.trace_count == 8  # the latest ones still cached
+    assert [o.raw.tolist() for o in outs] == [[2.0**n, 2.0 ** (n + 1)] for n in range(14)]
+    assert jf.trace_count == 14 and len(jf._cache) <= 5  # the oldest signatures dropped
+    jf(x, 13)
+    assert jf.trace_count == 14  # the latest ones still cached
 
 
 def test_jitted_relu_gradient_decides_product_or_where_on_each_calls_values():

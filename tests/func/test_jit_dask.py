@@ -68,3 +68,28 @@ def test_without_persist_the_graph_grows():
         _, w = step(w, x, y)
         sizes.append(_tasks(w))
     assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
+
+
+def test_jitted_adam_train_step_traces_twice_and_keeps_its_graph_size():
+    # the optimizer's step counters are traced numbers: no new graph per step, and each call
+    # still persists its results
+    def loss(w, x, y):
+        r = dxp.tanh(x @ w) - y
+        return dxp.mean(r * r)
+
+    opt = ember.optim.Adam(0.05)
+    step = ember.jit(ember.training.train_step(loss, opt))
+    w, x, y = _problem(dxp, 4)
+    state = opt.init(w)
+    sizes = []
+    for _ in range(30):
+        value, w, state = step(w, state, x, y)
+        sizes.append(_tasks(w))
+    assert step.trace_count == 2 and state["step"] == 30
+    assert len(set(sizes[1:])) == 1, sizes[:3] + sizes[-3:]
+    rw, rx, ry = _problem(nxp)
+    rstate = opt.init(rw)
+    ref = ember.training.train_step(lambda w, x, y: nxp.mean((nxp.tanh(x @ w) - y) ** 2), opt)
+    for _ in range(30):
+        ref_value, rw, rstate = ref(rw, rstate, rx, ry)
+    np.testing.assert_allclose(np.asarray(ember.compute(w).raw), rw.raw, rtol=1e-10, atol=1e-12)

@@ -17,8 +17,9 @@ from ._primitive import Primitive, primitive
 from . import _batch_rules  # noqa: F401  (fills the batching rules table)
 from . import fused
 from ._jvp import forward_trace, leaf as track_forward, tangent_of
+from ._numbers import TracedNumber, host_call, is_traced_number
 
 __all__ = ["namespace", "Tensor", "Trace", "RULES", "Rule", "defvjp", "defvjp_all", "Spec", "COMPUTE", "MEMORY", "memory_report",
            "primitive", "Primitive", "fused", "unbroadcast", "defjvp", "forward_trace",
            "track_forward", "tangent_of",
-           "raw_value"]
+           "raw_value", "TracedNumber", "host_call", "is_traced_number"]

@@ -27,6 +27,7 @@ from .._errors import ConsumedError
 from ._ownership import Owned, as_operand, claim, fail_claims, run_owned, same_twice
 from ..kernels import shapes_fit
 from ._direct import direct_functions
+from ._numbers import TracedNumber
 from ._op_errors import GENERAL as _GENERAL
 from ._op_errors import op_error
 from ._op_errors import reference_signature as _reference_signature
@@ -58,7 +59,8 @@ def _array_like(x) -> bool:
     a clear error) instead of returning NotImplemented: NumPy's reflected method
     would convert the Tensor to a NumPy array and silently drop its gradient.
     """
-    return hasattr(x, "__array_namespace__") or hasattr(x, "__dlpack__") or hasattr(x, "__array__")
+    return hasattr(x, "__array_namespace__") or hasattr(x, "__dlpack__") or (
+        hasattr(x, "__array__") and not isinstance(x, TracedNumber))  # (a number: its own operators)
 
 
 _NOPARAMS: dict = {}  # shared, never mutated: the params of ops that take none
@@ -248,6 +250,8 @@ class _Dispatcher:
             return self.wrap(a)
         if _numpy_scalar(a):  # (numpy.float32(2), numpy.sqrt(d)): a 0-d array of ours, NumPy's dtype
             return self.wrap(self.xp.asarray(a))
+        if isinstance(a, TracedNumber):  # a number jit traces, given to a function: this call's
+            return a._concrete()  # value, guarded (operators take it as a scalar: _numbers.py)
         if hasattr(a, "__array_namespace__") or hasattr(a, "__dlpack__"):
             raise mixing_error(op, a, self.module)
         return a

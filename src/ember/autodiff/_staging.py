@@ -16,10 +16,16 @@ values as :class:`Ref`, its parameters, its output slots) to a :class:`Graph`.
 Values run concretely while staging, so shapes and dtypes are known; a value
 is found again by the identity of its backend array, which also catches a
 staged array that comes back through a constant Tensor (``stop_gradient``).
+
+Traced Python numbers (``_numbers.TracedNumber``) have slots too, with no
+dispatcher: their arithmetic lands in ``graph.host`` (Python operations the
+replay runs before any backend call), and what their values decided in
+``graph.guards``.
 """
 
 from __future__ import annotations
 
+from ._numbers import TracedNumber, traced
 from ._op_errors import op_error
 from ._tensor import Tensor
 from ._trace import LeafNode, Trace
@@ -94,6 +100,8 @@ class Graph:
         self.disp: list = []  # slot -> the dispatcher of its namespace
         self.inputs: list[int] = []
         self.outputs: list = []  # Ref or constant
+        self.host: list[Op] = []  # operations on traced Python numbers (their slots' disp: None)
+        self.guards: list = []  # (slot, truth): what a replay needs bool(slot's value) to be
 
     def new_slot(self, v, d) -> int:
         self.values.append(v)
@@ -120,6 +128,44 @@ class StagingTrace(Trace):
         self.ids[id(v)] = slot
         return d.make(d.make(v, None), LeafNode(self, mod))
 
+    def add_number(self, v) -> TracedNumber:
+        """A traced Python number (an input of the graph)."""
+        slot = self.graph.new_slot(v, None)
+        self.graph.inputs.append(slot)
+        return traced(self, slot, v)
+
+    def host(self, fn, args, name) -> TracedNumber:
+        """``fn(*args)`` on traced numbers and constants, recorded as a host step."""
+        vals = [a._v if isinstance(a, TracedNumber) else a for a in args]
+        out = fn(*vals)
+        slot = self.graph.new_slot(out, None)
+        refs = tuple([Ref(a._slot) if isinstance(a, TracedNumber) else a for a in args])
+        self.graph.host.append(Op(name, fn, refs, {}, (slot,)))
+        return traced(self, slot, out)
+
+    def guard(self, n: TracedNumber, truth: bool) -> None:
+        """Replay this graph only where ``bool(n)`` is ``truth`` (what this trace assumed)."""
+        g = (n._slot, truth)
+        if g not in self.graph.guards:
+            self.graph.guards.append(g)
+
+    def number_array(self, n: TracedNumber, like: Tensor) -> Tensor:
+        """Traced number ``n`` as a staged 0-d array of ``like``'s namespace, with the dtype
+        the array API gives a Python scalar meeting ``like`` (``like``'s, in one kind)."""
+        d = type(like)._ns._dispatch
+        xp = d.xp
+        dt = like.dtype
+        try:
+            dt = xp.result_type(dt, n._v)
+        except Exception:  # (a backend without scalars in result_type: like's dtype)
+            pass
+        v = xp.asarray(n._v, dtype=dt)
+        if v.__class__ is not d.A:
+            v = d.coerce(v)
+        slot = self._out(v, d)
+        self.graph.ops.append(Op("asarray", xp.asarray, (Ref(n._slot),), {"dtype": dt}, (slot,)))
+        return d.make(d.make(v, None), LeafNode(self, d.module))
+
     def _out(self, v, d) -> Ref:
         slot = self.graph.new_slot(v, d)
         self.ids[id(v)] = slot
@@ -131,6 +177,8 @@ class StagingTrace(Trace):
         c = a.__class__
         if c in _SCALARS:
             return a
+        if isinstance(a, TracedNumber):  # (e.g. axis=n): this call's value, guarded
+            return a._concrete()
         if isinstance(a, Tensor):
             while a._node is not None:
                 a = a._value
@@ -208,6 +256,8 @@ def _raw(a):
     c = a.__class__
     if c is tuple or c is list:
         return c(_raw(x) for x in a)
+    if isinstance(a, TracedNumber):
+        return a._concrete()
     return a
 
 

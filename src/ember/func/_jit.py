@@ -1,14 +1,22 @@
 """``ember.jit``: stage a function once per input signature, then replay backend calls.
 
-``jit(f)(*args)`` flattens the arguments (``ember.tree``); the signature is
-the structure with its constants (Python scalars, strings, static fields),
-each array's namespace, shape and dtype, and the values of the arguments in
+``jit(f)(*args)`` flattens the arguments (``ember.tree``, with Python ints
+and floats as leaves); the signature is the structure with its constants
+(strings, static fields, ...), each array's namespace, shape and dtype, the
+values of the Python numbers that are not traced and of the arguments in
 ``static_argnums``. The first call with a signature runs ``f`` once under a
 staging trace (``ember.autodiff._staging``), which records every op, the
 backward passes of transforms inside ``f`` included; the passes of
 ``_jit_passes`` simplify the graph and plan buffers, and ``_jit_replay``
 turns it into one Python function over backend arrays. Later calls with the
 same signature only run that function.
+
+A Python number that changes from call to call (an optimizer's step
+counter) is traced from its second value on (``autodiff._numbers``): its
+arithmetic runs in Python in the replay and what the function decided from
+its value is a guard, checked before any backend call. A signature keeps a
+few graphs, one per outcome of its guards; numbers whose every value needs a
+new graph become part of the signature again (and jit warns).
 """
 
 from __future__ import annotations
@@ -21,8 +29,9 @@ from .. import tree as _tree
 from .._compute import persist
 from .._errors import RetraceWarning
 from ..autodiff import Tensor, namespace
+from ..autodiff._numbers import TracedNumber
 from ..autodiff._ownership import Dead, Owned, as_operand, check_alive, consume, reuse_reason
-from ..autodiff._staging import StagingTrace
+from ..autodiff._staging import Ref, StagingTrace
 from ..autodiff._trace import active_traces
 from ._jit_passes import run_passes
 from ._jit_replay import compile_graph, describe
@@ -36,12 +45,16 @@ UNHASHABLE_STATIC = (
 )
 SCALAR_RETRACES = (
     "jit({name}) traced again {n} times only because Python numbers in its arguments changed "
-    "(each value is part of the signature, like an optimizer state's step counter): every call "
-    "pays a trace. Pass such values as arrays, mark the argument static if it takes few values, "
-    "or jit the part that does not depend on them (jit(value_and_grad(loss)), then opt.update)"
+    "and the function uses their values (in `if`, int(), range(), as a shape or an axis), so "
+    "each value needs its own graph: every such call pays a trace. Compute with such values as "
+    "arrays, mark the argument static if it takes few values, or jit the part that does not "
+    "depend on them"
 )
 #: Signatures kept per jitted function (the oldest traced graph is dropped past it).
 CACHE_SIZE = 64
+#: Graphs kept per signature for different outcomes of its guards on traced numbers; past
+#: it the numbers are part of the signature again.
+MAX_GUARDED = 8
 #: Retraces caused only by changed Python numbers before RetraceWarning.
 RETRACE_WARN_AFTER = 4
 BAD_ARGNUMS = "jit: {what} must be an int or a sequence of ints (argument positions), got {v!r}"
@@ -94,10 +107,33 @@ class _Static:
 _STATIC = _Static()
 
 
+def _is_number(x) -> bool:
+    c = x.__class__
+    return c is int or c is float
+
+
+class _Base:
+    """What jit knows of a signature apart from its Python numbers' values: the leaf
+    positions it traces as numbers, their values at the latest trace, and whether its
+    numbers must stay static (their guards kept failing)."""
+
+    __slots__ = ("dynamic", "last", "static_only")
+
+    def __init__(self, nums):
+        self.dynamic = frozenset()
+        self.last = dict(nums)
+        self.static_only = False
+
+    def key(self, base, nums) -> tuple:
+        dyn = self.dynamic
+        return (base, tuple([v for j, v in nums if j not in dyn]) if dyn else tuple([v for _, v in nums]))
+
+
 class _Compiled:
     """One signature's graph and replay function, and how to rebuild the outputs."""
 
-    __slots__ = ("graph", "fn", "src", "out_def", "out_kinds", "out_disp", "donated", "name", "persist")
+    __slots__ = ("graph", "fn", "src", "check", "in_idx", "num_idx", "out_def", "out_kinds", "out_disp",
+                 "donated", "name", "persist")
 
     def run(self, vals):
         outs = self.fn(*vals)
@@ -147,7 +183,8 @@ class Jitted:
         self._persist = persist
         self._static = static_argnums
         self._donate = donate
-        self._cache: dict = {}
+        self._cache: dict = {}  # signature -> its graphs (several where guards differ)
+        self._bases: dict = {}  # signature without the numbers' values -> _Base
         self._scalar_retraces = 0
         self.trace_count = 0
         functools.update_wrapper(self, f)
@@ -169,13 +206,20 @@ class Jitted:
                 raise TypeError(UNHASHABLE_STATIC.format(name=self._name, i=i, kind=type(v).__name__)) from None
             skey.append((i, v.__class__, v))
             dyn[i] = _STATIC
-        leaves, treedef = _tree.flatten((tuple(dyn), kwargs))
+        leaves, treedef = _tree.flatten((tuple(dyn), kwargs), is_leaf=_is_number)
         return leaves, treedef, tuple(skey)
 
     def _key(self, leaves, treedef, skey):
+        """``(base, nums)``: the signature without the Python numbers' values, and the numbers
+        as ``(leaf index, value)`` pairs."""
         parts = []
-        for x in leaves:
+        nums = []
+        for j, x in enumerate(leaves):
             c = x.__class__
+            if c is int or c is float:
+                parts.append(c)
+                nums.append((j, x))
+                continue
             if c is Owned or c is Dead:
                 check_alive(x, f"jit({self._name})") if c is Dead else None
                 v = x._value
@@ -188,45 +232,71 @@ class Jitted:
                 parts.append((c, tuple(v.shape), v.dtype))
             else:
                 parts.append((c, tuple(x.shape), x.dtype))
-        return (treedef, skey, tuple(parts))
+        return (treedef, skey, tuple(parts)), nums
 
     # ------------------------------------------------------------ calls
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if active_traces:  # under a transform (grad(jit(f))), or inside another jit: inline f
             return self._f(*args, **kwargs)
-        leaves, treedef, skey = self._split(args, kwargs)
-        key = self._key(leaves, treedef, skey)
-        c = self._cache.get(key)
-        if c is None:
-            c = self._compiled_for(key, args, kwargs, leaves, treedef)
-        vals = self._values(leaves, args, c)
-        return c.run(vals)
+        c, leaves = self._lookup(args, kwargs)
+        return c.run(self._values(leaves, c))
 
-    def _compiled_for(self, key, args, kwargs, leaves, treedef) -> "_Compiled":
-        """Trace for a new signature: the cache keeps the latest ``CACHE_SIZE``; tracing again
-        only because Python numbers in the arguments changed warns (once) after a few."""
-        arrays = key[1:]  # (the tree structure with its Python numbers is key[0])
-        if any(k[1:] == arrays for k in self._cache):
-            self._scalar_retraces += 1
-            if self._scalar_retraces == RETRACE_WARN_AFTER:
-                warnings.warn(SCALAR_RETRACES.format(name=self._name, n=self._scalar_retraces),
-                              RetraceWarning, stacklevel=3)
-        if len(self._cache) >= CACHE_SIZE:
-            del self._cache[next(iter(self._cache))]  # the oldest signature
-        c = self._cache[key] = self._compile(args, kwargs, leaves, treedef)
+    def _lookup(self, args, kwargs) -> tuple:
+        """The graph for these arguments (traced if none fits) and their leaves."""
+        leaves, treedef, skey = self._split(args, kwargs)
+        base, nums = self._key(leaves, treedef, skey)
+        b = self._bases.get(base)
+        key = (base, tuple([v for _, v in nums])) if b is None else b.key(base, nums)
+        graphs = self._cache.get(key)
+        if graphs is not None:
+            for c in graphs:
+                if c.check is None or c.check(*[leaves[j] for j in c.num_idx]):
+                    return c, leaves
+        return self._compiled_for(base, b, nums, key, args, kwargs, leaves, treedef), leaves
+
+    def _forget(self, base) -> None:
+        for k in [k for k in self._cache if k[0] == base]:
+            del self._cache[k]
+
+    def _compiled_for(self, base, b, nums, key, args, kwargs, leaves, treedef) -> "_Compiled":
+        """Trace for a new signature or guard outcome. A signature seen before with other
+        Python numbers traces the numbers that changed from then on; the cache keeps the
+        latest ``CACHE_SIZE`` signatures; tracing again only because numbers changed (whose
+        values the function uses) warns once after a few."""
+        if b is None:
+            b = self._bases[base] = _Base(nums)
+        else:
+            changed = () if b.static_only else {
+                j for j, v in nums if j not in b.dynamic and b.last.get(j, v) != v}
+            if changed:
+                b.dynamic = b.dynamic | changed
+                self._forget(base)  # (graphs keyed with these numbers' values)
+                key = b.key(base, nums)
+            else:
+                self._scalar_retraces += 1
+                if self._scalar_retraces == RETRACE_WARN_AFTER:
+                    warnings.warn(SCALAR_RETRACES.format(name=self._name, n=self._scalar_retraces),
+                                  RetraceWarning, stacklevel=4)
+            b.last = dict(nums)
+        graphs = self._cache.get(key)
+        if graphs is not None and len(graphs) >= MAX_GUARDED:  # each value needs its own graph
+            b.static_only, b.dynamic = True, frozenset()
+            self._forget(base)
+            key, graphs = b.key(base, nums), None
+        if graphs is None:
+            if len(self._cache) >= CACHE_SIZE:
+                del self._cache[next(iter(self._cache))]  # the oldest signature
+            graphs = self._cache[key] = []
+        c = self._compile(args, kwargs, leaves, treedef, b.dynamic)
+        graphs.append(c)
         return c
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """The staged graph for these arguments' signature (traced if not cached yet)."""
-        leaves, treedef, skey = self._split(args, kwargs)
-        key = self._key(leaves, treedef, skey)
-        c = self._cache.get(key)
-        if c is None:
-            c = self._compiled_for(key, args, kwargs, leaves, treedef)
-        return Lowered(c)
+        return Lowered(self._lookup(args, kwargs)[0])
 
     def _donated_leaves(self, args, leaves, treedef) -> set:
-        """Indices (in ``leaves``) of the leaves of donated arguments."""
+        """Indices (in ``leaves``) of the array leaves of donated arguments."""
         if not self._donate:
             return set()
         n = len(args)
@@ -235,17 +305,19 @@ class Jitted:
         out = set()
         k = 0
         for i, a in enumerate(args):  # (the leaves of (args, kwargs) are each argument's, in order)
-            m = 0 if i in static else len(_tree.flatten(a)[0])
+            m = 0 if i in static else len(_tree.flatten(a, is_leaf=_is_number)[0])
             if i in want:
-                out.update(range(k, k + m))
+                out.update(j for j in range(k, k + m) if not _is_number(leaves[j]))
             k += m
         return out
 
-    def _values(self, leaves, args, c: _Compiled) -> list:
-        """The backend arrays of ``leaves`` (consuming the donated ones)."""
+    def _values(self, leaves, c: _Compiled) -> list:
+        """The graph's inputs: the backend arrays of ``leaves`` (consuming the donated ones)
+        and the traced numbers."""
         vals = []
         op = f"jit({self._name})"
-        for j, x in enumerate(leaves):
+        for j in c.in_idx:
+            x = leaves[j]
             cl = x.__class__
             if cl is Owned:
                 t = as_operand(x, op)
@@ -266,23 +338,34 @@ class Jitted:
             vals.append(v)
         if c.donated:
             for j in c.donated:
-                v = vals[j]
-                d = c.graph.disp[c.graph.inputs[j]]
+                i = c.in_idx.index(j)
+                v = vals[i]
+                d = c.graph.disp[c.graph.inputs[i]]
                 # the buffer is written only if nothing else holds it (a share, x.raw, a view)
                 why, _ = reuse_reason(d, v, v, 2)
-                if why is not None or any(vals[k] is v for k in range(len(vals)) if k != j):
-                    vals[j] = d.raw_ns.asarray(v, copy=True)
+                if why is not None or any(vals[k] is v for k in range(len(vals)) if k != i):
+                    vals[i] = d.raw_ns.asarray(v, copy=True)
                 v = None
         return vals
 
     # ------------------------------------------------------------ tracing
-    def _compile(self, args, kwargs, leaves, treedef) -> _Compiled:
+    def _compile(self, args, kwargs, leaves, treedef, dynamic) -> _Compiled:
+        """Trace ``f`` for these leaves; the numbers at the positions in ``dynamic`` are traced."""
         self.trace_count += 1
         trace = StagingTrace()
         staged = []
+        in_idx, num_idx = [], []
         raw_only = None
         mods = {}
-        for x in leaves:
+        for j, x in enumerate(leaves):
+            if x.__class__ is int or x.__class__ is float:
+                if j in dynamic:
+                    in_idx.append(j)
+                    num_idx.append(j)
+                    x = trace.add_number(x)
+                staged.append(x)
+                continue
+            in_idx.append(j)
             if isinstance(x, Tensor):
                 if x.__class__ is Dead:
                     check_alive(x, f"jit({self._name})")
@@ -314,10 +397,14 @@ class Jitted:
                 m._cheap_any = m._dispatch.raw_ns._cheap_any = saved[k]
             trace.release()
         g = trace.graph
-        out_leaves, out_def = _tree.flatten(res)
+        out_leaves, out_def = _tree.flatten(res, is_leaf=_is_traced)
         kinds, disp, outputs = [], [], []
         for o in out_leaves:
-            if isinstance(o, Tensor):
+            if isinstance(o, TracedNumber):  # a Python number at each call (the step counter)
+                outputs.append(Ref(o._slot) if o._trace is trace else o._v)
+                kinds.append(2)
+                disp.append(None)
+            elif isinstance(o, Tensor):
                 check_alive(o, f"jit({self._name}) output")
                 ref = trace.lift(o)
                 outputs.append(ref)
@@ -336,7 +423,8 @@ class Jitted:
         run_passes(g, {g.inputs[j] for j in donated_leaves})
         c = _Compiled()
         c.graph = g
-        c.fn, c.src = compile_graph(g, self._name)
+        c.fn, c.src, c.check = compile_graph(g, self._name)
+        c.in_idx, c.num_idx = in_idx, num_idx
         c.out_def = out_def
         c.out_kinds = kinds
         c.out_disp = disp
@@ -349,11 +437,20 @@ class Jitted:
         return c
 
 
+def _is_traced(x) -> bool:
+    return isinstance(x, TracedNumber)
+
+
 class _Spec:
-    """Shape and dtype of a staging value, kept after compiling (the value is freed)."""
+    """Shape and dtype of a staging value, kept after compiling (the value is freed); a
+    traced number's shape is None and its dtype its Python type's name."""
 
     __slots__ = ("shape", "dtype")
 
     def __init__(self, v):
-        self.shape = tuple(v.shape)
-        self.dtype = v.dtype
+        if hasattr(v, "shape"):
+            self.shape = tuple(v.shape)
+            self.dtype = v.dtype
+        else:
+            self.shape = None
+            self.dtype = type(v).__name__

@@ -5,6 +5,10 @@ Tensor wrappers, no tape), a planned one ``v6 = f4(v5, v2, out=v5)``; a value
 is deleted right after its last use so its buffer goes back to the allocator
 at once. Constants and callables are bound as globals of the generated
 function, so every name is a fast local or global load.
+
+The host steps on traced Python numbers come first (the ones some backend
+call or output needs); a graph with guards also gets ``_guards(numbers...)``,
+which runs the host steps the guards need and says whether they all hold.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 from ..autodiff._staging import Graph, Ref, _collect
 
 __all__ = ["compile_graph", "describe"]
+
+_PY_NUMBERS = (bool, int, float, complex)
 
 
 class _Names:
@@ -48,9 +54,38 @@ def _expr(t, names: _Names) -> str:
     return names.const(t)
 
 
+def _host_lines(g: Graph, names: _Names, needed) -> list:
+    """The host steps that the slots in ``needed`` depend on, in trace order, as lines."""
+    need = {s for s in needed if g.disp[s] is None}
+    chosen = []
+    for op in reversed(g.host):
+        if op.outs[0] in need:
+            chosen.append(op)
+            need.update(op.refs())
+    lines = []
+    for op in reversed(chosen):
+        args = ", ".join(_expr(a, names) for a in op.args)
+        lines.append(f"    v{op.outs[0]} = {names.const(op.fn, 'f')}({args})")
+    return lines
+
+
+def _number_inputs(g: Graph) -> str:
+    return ", ".join(f"v{s}" for s in g.inputs if g.disp[s] is None)
+
+
+def guard_source(g: Graph, names: _Names) -> str:
+    """``_guards(numbers...) -> bool``: whether this call's traced numbers meet every guard."""
+    lines = [f"def _guards({_number_inputs(g)}):"]
+    lines += _host_lines(g, names, [s for s, _ in g.guards])
+    for s, truth in g.guards:
+        lines.append(f"    if {'not ' if truth else ''}v{s}:\n        return False")
+    lines.append("    return True")
+    return "\n".join(lines) + "\n"
+
+
 def _needs_coerce(g: Graph, s) -> bool:
     """A 0-d result: NumPy's ufuncs return a scalar there, which the wrapper makes an array."""
-    if s is None:
+    if s is None or g.disp[s] is None:
         return False
     v = g.values[s]
     return len(v.shape) == 0
@@ -75,6 +110,9 @@ def source(g: Graph, names: _Names) -> str:
     for s, i in last.items():
         if s not in keep:
             dead_before.setdefault(i, []).append(s)
+    if g.host:  # (first: they read number inputs that no backend call reads)
+        reads = [r for op in g.ops for r in op.refs()]
+        lines += _host_lines(g, names, reads + outs)
     if -1 in dead_before:
         lines.append("    del " + ", ".join(f"v{s}" for s in dead_before[-1]))
     for i, op in enumerate(g.ops):
@@ -104,16 +142,20 @@ def source(g: Graph, names: _Names) -> str:
 
 
 def compile_graph(g: Graph, name: str = "jit"):
-    """The replay function of ``g`` (and its source)."""
+    """The replay function of ``g``, its source, and its guard check (None without guards)."""
     names = _Names()
     src = source(g, names)
+    if g.guards:
+        src += "\n\n" + guard_source(g, names)
     env = dict(names.env)
     code = compile(src, f"<ember.jit {name}>", "exec")
     exec(code, env)
-    return env["_replay"], src
+    return env["_replay"], src, env.get("_guards")
 
 
 def _spec(v) -> str:
+    if v.__class__ in _PY_NUMBERS or getattr(v, "shape", 0) is None:  # a traced Python number
+        return v.dtype if getattr(v, "shape", 0) is None else type(v).__name__
     dt = str(v.dtype).replace("float", "f").replace("int", "i").replace("complex", "c")
     return f"{dt}[{','.join(str(n) for n in v.shape)}]"
 
@@ -136,6 +178,10 @@ def describe(g: Graph, name: str, passes: str = "") -> str:
 
     ins = ", ".join(f"v{s}: {_spec(g.values[s])}" for s in g.inputs)
     lines = [f"jit({name})({ins}) {{"]
+    for op in g.host:  # (Python operations on traced numbers)
+        lines.append(f"  v{op.outs[0]}: {_spec(g.values[op.outs[0]])} = host {op.name}({', '.join(arg(x) for x in op.args)})")
+    for s, truth in g.guards:
+        lines.append(f"  guard bool(v{s}) is {truth}")
     for op in g.ops:
         outs = ", ".join("_" if s is None else f"v{s}: {_spec(g.values[s])}" for s in op.outs)
         a = [arg(x) for x in op.args] + [f"{k}={arg(v)}" for k, v in op.params.items()]

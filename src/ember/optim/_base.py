@@ -36,6 +36,7 @@ from operator import attrgetter
 from typing import Any, Callable, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
 
 from .. import tree as _tree
+from ..autodiff import host_call
 from ..autodiff.ownership import Owned, as_operand, take_buffer
 from .._errors import DTypeError, ShapeError, StructureError
 from . import lazy as _lazy
@@ -49,6 +50,10 @@ __all__ = ["Optimizer", "PathOptimizer", "State", "Options"]
 
 State = dict  # {"step": int, "params": {path: {"step": int, slot: array}}}
 _DTYPE = attrgetter("dtype")
+
+
+def _lr_at(schedule: Callable[[int], float], step: int) -> float:
+    return float(schedule(step))
 
 # Error texts (module constants so tests can check them).
 MISSING_GRADS = (
@@ -238,15 +243,16 @@ class PathOptimizer:
 
     # ------------------------------------------------------------ structure
     def _group_hparams(self, step: int) -> list[dict[str, Any]]:
-        """Hyperparameters of each group with ``lr`` evaluated at ``step``."""
+        """Hyperparameters of each group with ``lr`` evaluated at ``step`` (under ``ember.jit``,
+        with a traced step, the schedule runs at each call: ``host_call``)."""
         if not self.groups:  # the usual case
             hp = dict(self.hparams)
-            hp["lr"] = float(as_schedule(hp["lr"])(step))
+            hp["lr"] = host_call(_lr_at, as_schedule(hp["lr"]), step)
             return [hp]
         out = []
         for grp in self.groups:
             hp = dict(self.hparams, **grp.hparams)
-            hp["lr"] = float(as_schedule(hp["lr"])(step)) * grp.lr_scale
+            hp["lr"] = host_call(_lr_at, as_schedule(hp["lr"]), step) * grp.lr_scale
             out.append(hp)
         return out
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Mapping  # not typing's: isinstance through it is ~5 us
+from numbers import Integral
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from array_api_compat import array_namespace, is_array_api_obj
@@ -133,7 +134,7 @@ def check_state(op: str, state: Any, deep: bool = False) -> int:
         )
         raise StructureError(BAD_STATE.format(op=op, what=what))
     step = state["step"]
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if isinstance(step, bool) or not isinstance(step, Integral) or step < 0:  # (Integral: jit's traced ints)
         raise StructureError(BAD_STATE.format(op=op, what=f"its 'step' is {step!r}"))
     if not isinstance(state["params"], Mapping):
         raise StructureError(BAD_STATE.format(op=op, what=f"its 'params' is {type(state['params']).__name__}"))
@@ -164,7 +165,10 @@ def fits(s: Any, p: Any, slots: Sequence[str]) -> bool:
     """True when entry ``s`` has exactly ``slots`` with ``p``'s shape and dtype (fast check)."""
     if not slots and s.__class__ is dict and len(s) == 1 and s.get("step").__class__ is int:
         return True  # (SGD without momentum's entry {"step": t}, read without ABC checks)
-    if not isinstance(s, dict) or len(s) != len(slots) + 1 or not isinstance(s.get("step"), int):
+    if not isinstance(s, dict) or len(s) != len(slots) + 1:
+        return False
+    st = s.get("step")
+    if st.__class__ is not int and not isinstance(st, Integral):  # (Integral: jit's traced ints)
         return False
     if not slots:
         return True
