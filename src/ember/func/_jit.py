@@ -21,6 +21,7 @@ new graph become part of the signature again (and jit warns).
 
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 from typing import Any, Callable, Sequence
@@ -113,20 +114,25 @@ def _is_number(x) -> bool:
 
 
 class _Base:
-    """What jit knows of a signature apart from its Python numbers' values: the leaf
-    positions it traces as numbers, their values at the latest trace, and whether its
-    numbers must stay static (their guards kept failing)."""
+    """The graphs of a signature apart from its Python numbers' values: per values of the
+    numbers it does not trace, a list of graphs (one per outcome of their guards); the
+    leaf positions it traces as numbers; the numbers' values at the latest trace; and
+    whether its numbers must stay static (their guards kept failing)."""
 
-    __slots__ = ("dynamic", "last", "static_only")
+    __slots__ = ("graphs", "dynamic", "last", "static_only")
 
     def __init__(self, nums):
+        self.graphs: dict = {}
         self.dynamic = frozenset()
         self.last = dict(nums)
         self.static_only = False
 
-    def key(self, base, nums) -> tuple:
+    def key(self, nums) -> tuple:
+        """The values of the numbers that are part of the signature."""
+        if not nums:
+            return ()
         dyn = self.dynamic
-        return (base, tuple([v for j, v in nums if j not in dyn]) if dyn else tuple([v for _, v in nums]))
+        return tuple([v for j, v in nums if j not in dyn]) if dyn else tuple([v for _, v in nums])
 
 
 class _Compiled:
@@ -149,6 +155,17 @@ class _Compiled:
             else:  # raw array or a constant
                 res.append(v)
         return self.out_def.unflatten(res)
+
+
+    def without_numbers(self, leaves) -> "_Compiled":
+        """This graph (which traces no number) for the leaves of a plain flatten: ``leaves``
+        without their Python numbers."""
+        plain = [j for j, x in enumerate(leaves) if not _is_number(x)]
+        at = {j: i for i, j in enumerate(plain)}
+        c = copy.copy(self)
+        c.in_idx = [at[j] for j in self.in_idx]
+        c.donated = {at[j] for j in self.donated}
+        return c
 
 
 class Lowered:
@@ -183,15 +200,17 @@ class Jitted:
         self._persist = persist
         self._static = static_argnums
         self._donate = donate
-        self._cache: dict = {}  # signature -> its graphs (several where guards differ)
-        self._bases: dict = {}  # signature without the numbers' values -> _Base
+        self._cache: dict = {}  # signature without the numbers' values -> _Base
+        # signature with the numbers in the treedef -> a graph that traces none of them: found
+        # from a plain flatten, the cost of a call whose numbers did not change
+        self._fast: dict = {}
         self._scalar_retraces = 0
         self.trace_count = 0
         functools.update_wrapper(self, f)
         self._name = getattr(f, "__name__", "f")
 
     # ------------------------------------------------------------ signature
-    def _split(self, args, kwargs):
+    def _split(self, args, kwargs, is_leaf=None):
         n = len(args)
         static = tuple(sorted({i + n if i < 0 else i for i in self._static}))
         skey = []
@@ -206,20 +225,14 @@ class Jitted:
                 raise TypeError(UNHASHABLE_STATIC.format(name=self._name, i=i, kind=type(v).__name__)) from None
             skey.append((i, v.__class__, v))
             dyn[i] = _STATIC
-        leaves, treedef = _tree.flatten((tuple(dyn), kwargs), is_leaf=_is_number)
+        leaves, treedef = _tree.flatten((tuple(dyn), kwargs), is_leaf=is_leaf)
         return leaves, treedef, tuple(skey)
 
-    def _key(self, leaves, treedef, skey):
-        """``(base, nums)``: the signature without the Python numbers' values, and the numbers
-        as ``(leaf index, value)`` pairs."""
+    def _parts(self, leaves) -> tuple:
+        """Per leaf: its class, and an array's shape and dtype (a number's value is not here)."""
         parts = []
-        nums = []
-        for j, x in enumerate(leaves):
+        for x in leaves:
             c = x.__class__
-            if c is int or c is float:
-                parts.append(c)
-                nums.append((j, x))
-                continue
             if c is Owned or c is Dead:
                 check_alive(x, f"jit({self._name})") if c is Dead else None
                 v = x._value
@@ -230,63 +243,84 @@ class Jitted:
                 while v.__class__ is not None and isinstance(v, Tensor):
                     v = v._value
                 parts.append((c, tuple(v.shape), v.dtype))
+            elif c is int or c is float:
+                parts.append(c)
             else:
                 parts.append((c, tuple(x.shape), x.dtype))
-        return (treedef, skey, tuple(parts)), nums
+        return tuple(parts)
 
     # ------------------------------------------------------------ calls
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if active_traces:  # under a transform (grad(jit(f))), or inside another jit: inline f
             return self._f(*args, **kwargs)
-        c, leaves = self._lookup(args, kwargs)
+        leaves, treedef, skey = self._split(args, kwargs)
+        fast = (treedef, skey, self._parts(leaves))
+        c = self._fast.get(fast)
+        if c is None:
+            c, leaves = self._lookup(args, kwargs, fast)
         return c.run(self._values(leaves, c))
 
-    def _lookup(self, args, kwargs) -> tuple:
-        """The graph for these arguments (traced if none fits) and their leaves."""
-        leaves, treedef, skey = self._split(args, kwargs)
-        base, nums = self._key(leaves, treedef, skey)
-        b = self._bases.get(base)
-        key = (base, tuple([v for _, v in nums])) if b is None else b.key(base, nums)
-        graphs = self._cache.get(key)
-        if graphs is not None:
-            for c in graphs:
-                if c.check is None or c.check(*[leaves[j] for j in c.num_idx]):
-                    return c, leaves
-        return self._compiled_for(base, b, nums, key, args, kwargs, leaves, treedef), leaves
+    def _lookup(self, args, kwargs, fast=None) -> tuple:
+        """The graph for these arguments (traced if none fits) and their leaves, with Python
+        numbers as leaves (``fast``: the plain flatten's key, where that graph is also kept
+        when it traces no number)."""
+        if fast is None:
+            leaves, treedef, skey = self._split(args, kwargs)
+            fast = (treedef, skey, self._parts(leaves))
+            c = self._fast.get(fast)
+            if c is not None:
+                return c, leaves
+        leaves, treedef, skey = self._split(args, kwargs, _is_number)
+        base = (treedef, skey, self._parts(leaves))
+        nums = [(j, x) for j, x in enumerate(leaves) if _is_number(x)]
+        b = self._cache.get(base)
+        if b is not None:
+            graphs = b.graphs.get(b.key(nums))
+            if graphs is not None:
+                for c in graphs:
+                    if c.check is None or c.check(*[leaves[j] for j in c.num_idx]):
+                        return c, leaves
+        c = self._compiled_for(base, b, nums, args, kwargs, leaves, treedef)
+        if not c.num_idx:  # no traced number: also found from the plain flatten
+            if len(self._fast) >= CACHE_SIZE:
+                del self._fast[next(iter(self._fast))]
+            self._fast[fast] = c.without_numbers(leaves)
+        return c, leaves
 
-    def _forget(self, base) -> None:
-        for k in [k for k in self._cache if k[0] == base]:
-            del self._cache[k]
+    def signatures(self) -> int:
+        """How many signatures have graphs in the cache."""
+        return sum(len(b.graphs) for b in self._cache.values())
 
-    def _compiled_for(self, base, b, nums, key, args, kwargs, leaves, treedef) -> "_Compiled":
+    def _compiled_for(self, base, b, nums, args, kwargs, leaves, treedef) -> "_Compiled":
         """Trace for a new signature or guard outcome. A signature seen before with other
         Python numbers traces the numbers that changed from then on; the cache keeps the
         latest ``CACHE_SIZE`` signatures; tracing again only because numbers changed (whose
         values the function uses) warns once after a few."""
         if b is None:
-            b = self._bases[base] = _Base(nums)
+            if self.signatures() >= CACHE_SIZE:
+                del self._cache[next(iter(self._cache))]  # the oldest signatures
+            b = self._cache[base] = _Base(nums)
         else:
             changed = () if b.static_only else {
                 j for j, v in nums if j not in b.dynamic and b.last.get(j, v) != v}
             if changed:
                 b.dynamic = b.dynamic | changed
-                self._forget(base)  # (graphs keyed with these numbers' values)
-                key = b.key(base, nums)
+                b.graphs = {}  # (keyed by these numbers' values)
             else:
                 self._scalar_retraces += 1
                 if self._scalar_retraces == RETRACE_WARN_AFTER:
                     warnings.warn(SCALAR_RETRACES.format(name=self._name, n=self._scalar_retraces),
                                   RetraceWarning, stacklevel=4)
             b.last = dict(nums)
-        graphs = self._cache.get(key)
+        key = b.key(nums)
+        graphs = b.graphs.get(key)
         if graphs is not None and len(graphs) >= MAX_GUARDED:  # each value needs its own graph
-            b.static_only, b.dynamic = True, frozenset()
-            self._forget(base)
-            key, graphs = b.key(base, nums), None
+            b.static_only, b.dynamic, b.graphs = True, frozenset(), {}
+            key, graphs = b.key(nums), None
         if graphs is None:
-            if len(self._cache) >= CACHE_SIZE:
-                del self._cache[next(iter(self._cache))]  # the oldest signature
-            graphs = self._cache[key] = []
+            if len(b.graphs) >= CACHE_SIZE:
+                del b.graphs[next(iter(b.graphs))]  # the oldest values
+            graphs = b.graphs[key] = []
         c = self._compile(args, kwargs, leaves, treedef, b.dynamic)
         graphs.append(c)
         return c
