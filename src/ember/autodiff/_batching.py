@@ -24,6 +24,7 @@ from __future__ import annotations
 import warnings
 
 from .._errors import BatchingError, VmapFallbackWarning
+from ._numbers import TracedNumber
 from ._op_errors import op_error
 from ._rules import RULES
 from ._tensor import Tensor
@@ -249,6 +250,8 @@ def dispatch(d, name, impl, args, params):
             if not t.active:
                 raise BatchingError(LEAKED.format(op=name))
         else:
+            if isinstance(a, TracedNumber) and a._trace.active:  # a scalar of the batch's dtype
+                a = a._trace.number_array(a, next(x for x in args if x.__class__ is B))
             a = d.normalize(name, a)
             t = a._node.trace if a.__class__ is T and a._node is not None else None
         norm.append(a)

@@ -454,7 +454,8 @@ class Jitted:
                 disp.append(None)
         g.outputs = outputs
         donated_leaves = self._donated_leaves(args, leaves, treedef)
-        run_passes(g, {g.inputs[j] for j in donated_leaves})
+        pos = {j: i for i, j in enumerate(in_idx)}  # leaf index -> graph input
+        run_passes(g, {g.inputs[pos[j]] for j in donated_leaves})
         c = _Compiled()
         c.graph = g
         c.fn, c.src, c.check = compile_graph(g, self._name)
