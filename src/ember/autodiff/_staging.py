@@ -139,7 +139,9 @@ class StagingTrace(Trace):
         vals = [a._v if isinstance(a, TracedNumber) else a for a in args]
         out = fn(*vals)
         slot = self.graph.new_slot(out, None)
-        refs = tuple([Ref(a._slot) if isinstance(a, TracedNumber) else a for a in args])
+        # (a number of another, finished trace is a constant here)
+        refs = tuple([(Ref(a._slot) if a._trace is self else a._v) if isinstance(a, TracedNumber) else a
+                      for a in args])
         self.graph.host.append(Op(name, fn, refs, {}, (slot,)))
         return traced(self, slot, out)
 

@@ -1,10 +1,9 @@
 """``ember.jit``: stage a function once per input signature, then replay backend calls.
 
-``jit(f)(*args)`` flattens the arguments (``ember.tree``, with Python ints
-and floats as leaves); the signature is the structure with its constants
-(strings, static fields, ...), each array's namespace, shape and dtype, the
-values of the Python numbers that are not traced and of the arguments in
-``static_argnums``. The first call with a signature runs ``f`` once under a
+``jit(f)(*args)`` flattens the arguments (``ember.tree``); the signature is
+the structure with its constants (strings, static fields, ...), each array's
+namespace, shape and dtype, the values of the Python numbers that are not
+traced and of the arguments in ``static_argnums``. The first call with a signature runs ``f`` once under a
 staging trace (``ember.autodiff._staging``), which records every op, the
 backward passes of transforms inside ``f`` included; the passes of
 ``_jit_passes`` simplify the graph and plan buffers, and ``_jit_replay``
@@ -16,7 +15,10 @@ counter) is traced from its second value on (``autodiff._numbers``): its
 arithmetic runs in Python in the replay and what the function decided from
 its value is a guard, checked before any backend call. A signature keeps a
 few graphs, one per outcome of its guards; numbers whose every value needs a
-new graph become part of the signature again (and jit warns).
+new graph become part of the signature again (and jit warns). A call looks
+first for a graph that traces no number, from a plain flatten (numbers in
+the treedef: what a call without changed numbers costs), and otherwise
+flattens again with the numbers as leaves.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ from typing import Any, Callable, Sequence
 from .. import tree as _tree
 from .._compute import persist
 from .._errors import RetraceWarning
-from ..autodiff import Tensor, namespace
-from ..autodiff._numbers import TracedNumber
+from ..autodiff import Tensor, TracedNumber, namespace
 from ..autodiff._ownership import Dead, Owned, as_operand, check_alive, consume, reuse_reason
 from ..autodiff._staging import Ref, StagingTrace
 from ..autodiff._trace import active_traces
@@ -155,7 +156,6 @@ class _Compiled:
             else:  # raw array or a constant
                 res.append(v)
         return self.out_def.unflatten(res)
-
 
     def without_numbers(self, leaves) -> "_Compiled":
         """This graph (which traces no number) for the leaves of a plain flatten: ``leaves``

@@ -55,6 +55,7 @@ _DTYPE = attrgetter("dtype")
 def _lr_at(schedule: Callable[[int], float], step: int) -> float:
     return float(schedule(step))
 
+
 # Error texts (module constants so tests can check them).
 MISSING_GRADS = (
     "{op}: no gradient for the trainable parameters {paths}. Pass grads with the same "
