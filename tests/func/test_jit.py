@@ -124,29 +124,6 @@ def test_raw_numpy_inputs_give_raw_outputs():
     assert isinstance(out, np.ndarray) and out.tolist() == [1.0, 3.0, 5.0]
 
 
-@pytest.mark.parametrize("lib", BACKENDS)
-def test_mlp_train_step_with_optimizer(lib):
-    xp = ns(lib)
-    nn = ember.nn
-    model = nn.MLP.init(ember.random.key(0), 6, [8, 8], 3, xp=xp)
-    rng = np.random.default_rng(0)
-    x = xp.asarray(rng.standard_normal((5, 6)))
-    y = xp.asarray(np.eye(3)[rng.integers(0, 3, 5)])
-
-    def loss(m, x, y):
-        return nn.cross_entropy(m(x), y)
-
-    for opt in (ember.optim.SGD(0.1), ember.optim.SGD(0.1, momentum=0.9), ember.optim.Adam(1e-2)):
-        step = ember.training.train_step(loss, opt)
-        jstep = ember.jit(step)
-        m1 = m2 = model
-        s1 = s2 = opt.init(model)
-        for _ in range(3):
-            l1, m1, s1 = step(m1, s1, x, y)
-            l2, m2, s2 = jstep(m2, s2, x, y)
-            same((l1, m1, s1), (l2, m2, s2), 1e-12)
-
-
 def test_static_argnums_and_retracing():
     xp = ns("numpy")
     calls = []

@@ -188,12 +188,12 @@ def test_raw_numpy_arrays_meet_traced_numbers_through_guards():
             same(jf(x, float(n)), x + c * float(n))
 
 
-def _problem():
-    nn = ember.nn
-    model = nn.MLP.init(ember.random.key(0), 6, [8, 8], 3, xp=xp)
+def _problem(lib):
+    ns = ember.autodiff.namespace(lib)
+    model = ember.nn.MLP.init(ember.random.key(0), 6, [8, 8], 3, xp=ns)
     rng = np.random.default_rng(0)
-    x = xp.asarray(rng.standard_normal((5, 6)))
-    y = xp.asarray(np.eye(3)[rng.integers(0, 3, 5)])
+    x = ns.asarray(rng.standard_normal((5, 6)))
+    y = ns.asarray(np.eye(3)[rng.integers(0, 3, 5)])
     return model, x, y
 
 
@@ -215,12 +215,13 @@ OPTIMIZERS = [
 ]
 
 
+@pytest.mark.parametrize("lib", ["numpy", "array_api_strict"])
 @pytest.mark.parametrize("make", OPTIMIZERS, ids=lambda m: repr(m()))
-def test_jitted_train_step_traces_twice_and_equals_eager(make, tmp_path):
+def test_jitted_train_step_traces_twice_and_equals_eager(make, lib, tmp_path):
     # the step counters are traced numbers: schedules, bias corrections and first-step
     # branches run at each call, bit for bit as eagerly
     opt = make()
-    model, x, y = _problem()
+    model, x, y = _problem(lib)
     step = ember.training.train_step(_loss, opt)
     jstep = ember.jit(step)
     m1 = m2 = model
@@ -228,7 +229,7 @@ def test_jitted_train_step_traces_twice_and_equals_eager(make, tmp_path):
     for _ in range(10):
         l1, m1, s1 = step(m1, s1, x, y)
         l2, m2, s2 = jstep(m2, s2, x, y)
-    same((l1, m1, s1), (l2, m2, s2))
+        same((l1, m1, s1), (l2, m2, s2))
     assert jstep.trace_count == 2
     assert type(s2["step"]) is int and s2["step"] == 10
     ember.io.save(tmp_path / "state.safetensors", s2)  # plain data, saved as an eager state is
