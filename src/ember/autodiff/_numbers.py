@@ -98,13 +98,24 @@ class TracedNumber:
         return _apply(round, args, "round")
 
 
+def values_of(args: tuple) -> list:
+    """``args`` with each traced number replaced by this trace's value."""
+    return [a._v if isinstance(a, TracedNumber) else a for a in args]
+
+
+def _active_trace(args: tuple) -> Any:
+    """The active trace of a traced number among ``args``, or None."""
+    for a in args:
+        if isinstance(a, TracedNumber) and a._trace.active:
+            return a._trace
+    return None
+
+
 def _apply(fn: Callable, args: tuple, name: str) -> Any:
     """``fn(*args)`` recorded as a host step of the trace of the traced numbers among ``args``
     (run on their values when that trace has ended)."""
-    for a in args:
-        if isinstance(a, TracedNumber) and a._trace.active:
-            return a._trace.host(fn, args, name)
-    return fn(*[a._v if isinstance(a, TracedNumber) else a for a in args])
+    tr = _active_trace(args)
+    return fn(*values_of(args)) if tr is None else tr.host(fn, args, name)
 
 
 def _binary(fn: Callable, name: str, reflected: bool) -> Callable:
@@ -187,18 +198,18 @@ def host_call(fn: Callable[..., Any], *args: Any) -> Any:
     >>> host_call(lambda t: 0.5 ** t, 3)
     0.125
     """
-    for a in args:
-        if isinstance(a, TracedNumber) and a._trace.active:
-            name = getattr(fn, "__name__", "host_call")
+    tr = _active_trace(args)
+    if tr is None:
+        return fn(*values_of(args))
+    name = getattr(fn, "__name__", "host_call")
 
-            def checked(*vals: Any) -> Any:
-                out = fn(*vals)
-                if not isinstance(out, _PY):
-                    raise TypeError(NOT_A_NUMBER.format(fn=name, kind=type(out).__name__))
-                return out
+    def checked(*vals: Any) -> Any:
+        out = fn(*vals)
+        if not isinstance(out, _PY):
+            raise TypeError(NOT_A_NUMBER.format(fn=name, kind=type(out).__name__))
+        return out
 
-            return a._trace.host(checked, args, name)
-    return fn(*[a._v if isinstance(a, TracedNumber) else a for a in args])
+    return tr.host(checked, args, name)
 
 
 def is_traced_number(x: Any) -> bool:

@@ -25,7 +25,7 @@ replay runs before any backend call), and what their values decided in
 
 from __future__ import annotations
 
-from ._numbers import TracedNumber, traced
+from ._numbers import TracedNumber, traced, values_of
 from ._op_errors import op_error
 from ._tensor import Tensor
 from ._trace import LeafNode, Trace
@@ -136,8 +136,7 @@ class StagingTrace(Trace):
 
     def host(self, fn, args, name) -> TracedNumber:
         """``fn(*args)`` on traced numbers and constants, recorded as a host step."""
-        vals = [a._v if isinstance(a, TracedNumber) else a for a in args]
-        out = fn(*vals)
+        out = fn(*values_of(args))
         slot = self.graph.new_slot(out, None)
         # (a number of another, finished trace is a constant here)
         refs = tuple([(Ref(a._slot) if a._trace is self else a._v) if isinstance(a, TracedNumber) else a

@@ -349,6 +349,7 @@ class Jitted:
         """The graph's inputs: the backend arrays of ``leaves`` (consuming the donated ones)
         and the traced numbers."""
         vals = []
+        spent = []  # graph inputs of the donated leaves
         op = f"jit({self._name})"
         for j in c.in_idx:
             x = leaves[j]
@@ -363,6 +364,7 @@ class Jitted:
                     t = as_operand(consume(x, _depth=3), op)
                     v = t._value
                     t = None
+                    spent.append(len(vals))
                 else:
                     v = x._value
                     while isinstance(v, Tensor):
@@ -370,16 +372,14 @@ class Jitted:
             else:
                 v = x
             vals.append(v)
-        if c.donated:
-            for j in c.donated:
-                i = c.in_idx.index(j)
-                v = vals[i]
-                d = c.graph.disp[c.graph.inputs[i]]
-                # the buffer is written only if nothing else holds it (a share, x.raw, a view)
-                why, _ = reuse_reason(d, v, v, 2)
-                if why is not None or any(vals[k] is v for k in range(len(vals)) if k != i):
-                    vals[i] = d.raw_ns.asarray(v, copy=True)
-                v = None
+        for i in spent:
+            v = vals[i]
+            d = c.graph.disp[c.graph.inputs[i]]
+            # the buffer is written only if nothing else holds it (a share, x.raw, a view)
+            why, _ = reuse_reason(d, v, v, 2)
+            if why is not None or any(vals[k] is v for k in range(len(vals)) if k != i):
+                vals[i] = d.raw_ns.asarray(v, copy=True)
+            v = None
         return vals
 
     # ------------------------------------------------------------ tracing

@@ -17,8 +17,6 @@ from ..autodiff._staging import Graph, Ref, _collect
 
 __all__ = ["compile_graph", "describe"]
 
-_PY_NUMBERS = (bool, int, float, complex)
-
 
 class _Names:
     def __init__(self):
@@ -154,8 +152,8 @@ def compile_graph(g: Graph, name: str = "jit"):
 
 
 def _spec(v) -> str:
-    if v.__class__ in _PY_NUMBERS or getattr(v, "shape", 0) is None:  # a traced Python number
-        return v.dtype if getattr(v, "shape", 0) is None else type(v).__name__
+    if v.shape is None:  # a traced Python number (jit's _Spec: its type's name as dtype)
+        return v.dtype
     dt = str(v.dtype).replace("float", "f").replace("int", "i").replace("complex", "c")
     return f"{dt}[{','.join(str(n) for n in v.shape)}]"
 
