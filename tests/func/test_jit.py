@@ -183,6 +183,62 @@ def test_donate_consumes_the_input_and_reuses_its_buffer():
     np.testing.assert_array_equal(raw(y), np.ones(1000))
 
 
+def _address(t) -> int:
+    return t.raw.__array_interface__["data"][0]
+
+
+def test_a_donated_buffer_nobody_else_holds_receives_the_result_without_a_copy():
+    xp = ns("numpy")
+    f = ember.jit(lambda x, y: xp.exp(x * 2.0) + y, donate=0)
+    y = xp.ones(1000)
+    for _ in range(3):  # (the first call traces; the later ones replay)
+        x = xp.linspace(0.0, 1.0, 1000)  # (ember's own buffer: not borrowed from the caller)
+        at = _address(x)
+        out = f(x, y)
+        assert _address(out) == at
+        np.testing.assert_array_equal(raw(out), np.exp(np.linspace(0, 1, 1000) * 2.0) + 1.0)
+
+
+def test_a_fresh_primitives_result_does_not_pin_the_donated_inputs():
+    # nn.linear is declared fresh: the loss computed from it is no alias of the weight, so a
+    # jitted SGD step writes the new weight into the donated one (as the eager step does)
+    xp = ns("numpy")
+
+    def step(w, x):
+        g = ember.grad(lambda w: xp.sum(ember.nn.linear(x, w) ** 2))(w)
+        return w - 0.1 * g
+
+    f = ember.jit(step, donate=0)
+    x = xp.reshape(xp.linspace(-1.0, 1.0, 12), (4, 3))
+    w = xp.reshape(xp.linspace(0.0, 1.0, 6), (2, 3))
+    want = step(w, x)
+    for _ in range(2):
+        w = xp.reshape(xp.linspace(0.0, 1.0, 6), (2, 3))
+        at = _address(w)
+        out = f(w, x)
+        assert _address(out) == at
+        np.testing.assert_array_equal(raw(out), raw(want))
+
+
+def test_a_primitive_not_declared_fresh_may_return_a_view_of_its_argument():
+    # a primitive returning (a view of) its argument: jit must not write into that buffer
+    # while the argument is alive, so its result counts as an alias unless declared fresh
+    xp = ns("numpy")
+    head = ember.primitive(lambda ns_, x: x[:2])
+    head.defvjp(lambda ns_, g, ans, x: ns_.concat([g, ns_.zeros_like(x[2:])]))
+
+    def f(x):
+        h = head(x)
+        return xp.exp(h) + 1.0, x  # (x is still returned: its buffer must stay as it was)
+
+    jf = ember.jit(f)
+    x = xp.linspace(0.0, 1.0, 4)
+    for _ in range(2):
+        a, b = jf(x)
+        np.testing.assert_array_equal(raw(b), np.linspace(0.0, 1.0, 4))
+        np.testing.assert_array_equal(raw(a), np.exp(np.linspace(0.0, 1.0, 4)[:2]) + 1.0)
+
+
 def test_buffer_planning_never_writes_inputs_or_live_values():
     xp = ns("numpy")
 
@@ -301,6 +357,27 @@ def test_jitted_relu_gradient_decides_product_or_where_on_each_calls_values():
         np.testing.assert_array_equal(g(x, w).raw, ember.grad(f)(x, w).raw)
     assert g.trace_count == 1
     assert "_select" in str(g.lower(x, w))
+
+
+def test_jitted_linear_relu_gradient_reads_the_masks_exactness_off_the_bias_gradient():
+    # nn.linear's ReLU-masked cotangent and its bias gradient are one staged op: the product
+    # and its sum where the sum is finite, where() (and its sum) when an inf meets the mask
+    import ember.autodiff.numpy as xp
+
+    def f(x, w, b, v):
+        return xp.sum(ember.nn.linear(x, w, b, activation=ember.nn.relu) * v)
+
+    g = ember.jit(ember.grad(f, argnums=(1, 2)))
+    x = xp.asarray([[1.0, -2.0], [0.5, 1.5]])
+    w = xp.asarray([[1.0, 1.0], [-1.0, 0.0], [2.0, 1.0]])
+    b = xp.asarray([0.0, -1.0, 0.5])
+    for v in ([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [[1.0, np.inf, 3.0], [4.0, 5.0, 6.0]],
+              [[-np.inf, 2.0, 3.0], [4.0, 5.0, 6.0]], [[0.5, 0.5, 0.5], [1.0, 1.0, 1.0]]):
+        v = xp.asarray(v)
+        for got, want in zip(g(x, w, b, v), ember.grad(f, argnums=(1, 2))(x, w, b, v)):
+            np.testing.assert_array_equal(got.raw, want.raw)
+    assert g.trace_count == 1
+    assert "_select_summed" in str(g.lower(x, w, b, v))
 
 
 def test_buffer_planning_writes_into_a_dying_transpose_never_into_a_read_only_view():

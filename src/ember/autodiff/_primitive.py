@@ -33,7 +33,10 @@ from ._rules._base import COMPUTE, MEMORY, RULES, defjvp, defvjp, defvjp_all
 from ._batching import _PRIMITIVES
 from ._tensor import Tensor
 
-__all__ = ["primitive", "Primitive"]
+__all__ = ["primitive", "Primitive", "FRESH"]
+
+#: the keys of the primitives declared ``fresh``: their result is always a new buffer
+FRESH: set = set()
 
 NO_VJP = (
     "{name}: this ember.primitive has no VJP, so it cannot be differentiated. Register one "
@@ -62,7 +65,8 @@ class Primitive:
     """
 
     def __init__(self, fn: Callable, *, name: str | None = None, bound: str = MEMORY,
-                 specialize: Callable[[Any], Callable | None] | None = None, elementwise: bool = False):
+                 specialize: Callable[[Any], Callable | None] | None = None, elementwise: bool = False,
+                 fresh: bool = False):
         if bound not in (COMPUTE, MEMORY):
             raise ValueError(BAD_BOUND.format(compute=COMPUTE, memory=MEMORY, bound=bound))
         self.fn = fn
@@ -73,6 +77,9 @@ class Primitive:
         self.key = self.name if self.name not in RULES else f"{self.name}#{next(_ids)}"
         self.specialize = specialize
         self.elementwise = elementwise
+        self.fresh = fresh
+        if fresh:  # (ember.jit may then write later results into its buffer)
+            FRESH.add(self.key)
         self._fwd_residuals: Callable | None = None
         self._one_argument = False
         self._ops: dict = {}  # dispatcher -> the op on that backend's Tensors (built once)
@@ -232,7 +239,8 @@ class Primitive:
 
 
 def primitive(fn: Callable | None = None, *, name: str | None = None, bound: str = MEMORY,
-              specialize: Callable[[Any], Callable | None] | None = None, elementwise: bool = False) -> Any:
+              specialize: Callable[[Any], Callable | None] | None = None, elementwise: bool = False,
+              fresh: bool = False) -> Any:
     """Make ``fn(xp, *args, **params)`` one differentiable op; add its VJPs with ``.defvjp``.
 
     ``bound`` says what checkpointing does with its output: ``"memory"``
@@ -244,7 +252,10 @@ def primitive(fn: Callable | None = None, *, name: str | None = None, bound: str
     ``elementwise=True`` promises that each output element depends only on the
     same element of each (broadcast) input: the tape then knows which cotangent
     elements are exactly zero (symbolic zeros), and forward mode derives the JVP
-    from the VJPs without a reverse pass.
+    from the VJPs without a reverse pass. ``fresh=True`` promises that the
+    forward always returns a new array, never an argument or a view of one (as a
+    product or a reduction does): ``ember.jit`` may then write later results
+    into that buffer instead of treating the result as an alias of the inputs.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> @ember.primitive
@@ -254,6 +265,7 @@ def primitive(fn: Callable | None = None, *, name: str | None = None, bound: str
     >>> float(ember.grad(lambda x: cube(x))(xp.asarray(2.0)))
     12.0
     """
+    opts = dict(name=name, bound=bound, specialize=specialize, elementwise=elementwise, fresh=fresh)
     if fn is None:
-        return lambda f: Primitive(f, name=name, bound=bound, specialize=specialize, elementwise=elementwise)
-    return Primitive(fn, name=name, bound=bound, specialize=specialize, elementwise=elementwise)
+        return lambda f: Primitive(f, **opts)
+    return Primitive(fn, **opts)

@@ -33,7 +33,7 @@ def _complex_dtypes(xp) -> tuple:
 
 
 # ----- elementwise -----------------------------------------------------------------------------
-relu = Primitive(_relu, name="_relu", elementwise=True)
+relu = Primitive(_relu, name="_relu", elementwise=True, fresh=True)
 """``max(x, 0)`` in x's dtype; the gradient at 0 is 0 (PyTorch's and JAX's choice). The mask is
 read off the result (relu(x) > 0 exactly where x > 0), so the tape keeps no input."""
 relu.defvjp(_ew.relu_vjp, saves=("none",))
@@ -46,7 +46,7 @@ def _erf_forward(xp, x):
     return erf_series(xp, x)
 
 
-erf = Primitive(_erf_forward, name="_erf", elementwise=True)
+erf = Primitive(_erf_forward, name="_erf", elementwise=True, fresh=True)
 """The error function (a Chebyshev series; SciPy's kernel on NumPy where installed)."""
 erf.defvjp(_ew.erf_vjp)
 
@@ -61,7 +61,7 @@ def _gelu_tanh_forward(xp, x):
     return t
 
 
-gelu_tanh = Primitive(_gelu_tanh_forward, name="_gelu_tanh", elementwise=True)
+gelu_tanh = Primitive(_gelu_tanh_forward, name="_gelu_tanh", elementwise=True, fresh=True)
 """GELU's tanh form ``0.5 x (1 + tanh(u))`` as one node instead of eight."""
 gelu_tanh.defvjp(_ew.gelu_tanh_vjp)
 
@@ -77,10 +77,10 @@ def _softmax_forward(xp, x, axis):
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
-softmax = Primitive(_softmax_forward, name="_softmax")
+softmax = Primitive(_softmax_forward, name="_softmax", fresh=True)
 """``exp(x) / sum(exp(x))`` along ``axis``; VJP ``y * (g - sum(g * y))``."""
 softmax.defvjp(_ew.softmax_vjp).defjvp(_ew.softmax_jvp)
-log_softmax = Primitive(_log_softmax_forward, name="_log_softmax")
+log_softmax = Primitive(_log_softmax_forward, name="_log_softmax", fresh=True)
 """``x - logsumexp(x)`` along ``axis``; VJP ``g - exp(l) * sum(g)``."""
 log_softmax.defvjp(_ew.log_softmax_vjp).defjvp(_ew.log_softmax_jvp)
 
@@ -130,7 +130,7 @@ def _ce_forward_and_dz(xp, z, t, axis, reduction="none"):
     return loss, {"dz": dz}
 
 
-softmax_cross_entropy = Primitive(_ce_forward, name="_softmax_cross_entropy")
+softmax_cross_entropy = Primitive(_ce_forward, name="_softmax_cross_entropy", fresh=True)
 """``-sum(t * log_softmax(z))`` along ``axis`` (``t``: probabilities), then its mean or sum over
 the rows (``reduction="mean" | "sum"``); recorded, the node keeps the gradient the forward
 computes anyway, so the VJP is one product."""
@@ -148,7 +148,7 @@ def _layer_norm_and_parts(xp, x, w, b, *, axes, eps):
     return y, {"parts": parts}
 
 
-layer_norm = Primitive(_layer_norm_forward, name="_layer_norm")
+layer_norm = Primitive(_layer_norm_forward, name="_layer_norm", fresh=True)
 """Normalize over ``axes``, scale by ``w`` and shift by ``b`` (either may be None); recorded,
 the node keeps the normalized input and the square roots for its VJP."""
 layer_norm.defvjp_all(layer_norm_vjp).defresiduals(_layer_norm_and_parts)
@@ -172,7 +172,7 @@ def _linear_kernel(xp: Any):
     return getattr(xp, "_linear", None)
 
 
-linear = Primitive(_linear_forward, name="_linear", bound="compute", specialize=_linear_kernel)
+linear = Primitive(_linear_forward, name="_linear", bound="compute", specialize=_linear_kernel, fresh=True)
 """``act(x @ w^T + b)``, ``w`` of shape ``(out, in)``, ``b`` None or ``(out,)``, ``act`` the ReLU
 where ``relu=True``: one node whose VJP computes the three gradients together."""
 linear.defvjp_all(linear_vjp).defjvp(linear_jvp)

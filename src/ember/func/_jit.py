@@ -15,15 +15,14 @@ counter) is traced from its second value on (``autodiff._numbers``): its
 arithmetic runs in Python in the replay and what the function decided from
 its value is a guard, checked before any backend call. A signature keeps a
 few graphs, one per outcome of its guards; numbers whose every value needs a
-new graph become part of the signature again (and jit warns). A call looks
-first for a graph that traces no number, from a plain flatten (numbers in
-the treedef: what a call without changed numbers costs), and otherwise
-flattens again with the numbers as leaves.
+new graph become part of the signature again (and jit warns). A call
+flattens its arguments once, numbers as leaves, and looks first for a graph
+that traces no number (keyed by the numbers' values too), then among the
+signature's graphs that trace some.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import warnings
 from typing import Any, Callable, Sequence
@@ -140,7 +139,7 @@ class _Compiled:
     """One signature's graph and replay function, and how to rebuild the outputs."""
 
     __slots__ = ("graph", "fn", "src", "check", "in_idx", "num_idx", "out_def", "out_kinds", "out_disp",
-                 "donated", "name", "persist")
+                 "donated", "written", "name", "persist")
 
     def run(self, vals):
         outs = self.fn(*vals)
@@ -156,16 +155,6 @@ class _Compiled:
             else:  # raw array or a constant
                 res.append(v)
         return self.out_def.unflatten(res)
-
-    def without_numbers(self, leaves) -> "_Compiled":
-        """This graph (which traces no number) for the leaves of a plain flatten: ``leaves``
-        without their Python numbers."""
-        plain = [j for j, x in enumerate(leaves) if not _is_number(x)]
-        at = {j: i for i, j in enumerate(plain)}
-        c = copy.copy(self)
-        c.in_idx = [at[j] for j in self.in_idx]
-        c.donated = {at[j] for j in self.donated}
-        return c
 
 
 class Lowered:
@@ -201,8 +190,8 @@ class Jitted:
         self._static = static_argnums
         self._donate = donate
         self._cache: dict = {}  # signature without the numbers' values -> _Base
-        # signature with the numbers in the treedef -> a graph that traces none of them: found
-        # from a plain flatten, the cost of a call whose numbers did not change
+        # (signature, the numbers' values) -> a graph that traces none of them: the first
+        # look of every call
         self._fast: dict = {}
         self._scalar_retraces = 0
         self.trace_count = 0
@@ -229,8 +218,10 @@ class Jitted:
         return leaves, treedef, tuple(skey)
 
     def _parts(self, leaves) -> tuple:
-        """Per leaf: its class, and an array's shape and dtype (a number's value is not here)."""
+        """Per leaf: its class, and an array's shape and dtype; and the Python numbers'
+        values, in order (a graph that traces none of them is keyed by them too)."""
         parts = []
+        nums = []
         for x in leaves:
             c = x.__class__
             if c is Owned or c is Dead:
@@ -245,33 +236,26 @@ class Jitted:
                 parts.append((c, tuple(v.shape), v.dtype))
             elif c is int or c is float:
                 parts.append(c)
+                nums.append(x)
             else:
                 parts.append((c, tuple(x.shape), x.dtype))
-        return tuple(parts)
+        return tuple(parts), tuple(nums)
 
     # ------------------------------------------------------------ calls
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if active_traces:  # under a transform (grad(jit(f))), or inside another jit: inline f
             return self._f(*args, **kwargs)
-        leaves, treedef, skey = self._split(args, kwargs)
-        fast = (treedef, skey, self._parts(leaves))
-        c = self._fast.get(fast)
+        leaves, treedef, skey = self._split(args, kwargs, _is_number)
+        parts, nums = self._parts(leaves)
+        base = (treedef, skey, parts)
+        c = self._fast.get((base, nums))
         if c is None:
-            c, leaves = self._lookup(args, kwargs, fast)
+            c = self._lookup(args, kwargs, leaves, treedef, base, nums)
         return c.run(self._values(leaves, c))
 
-    def _lookup(self, args, kwargs, fast=None) -> tuple:
-        """The graph for these arguments (traced if none fits) and their leaves, with Python
-        numbers as leaves (``fast``: the plain flatten's key, where that graph is also kept
-        when it traces no number)."""
-        if fast is None:
-            leaves, treedef, skey = self._split(args, kwargs)
-            fast = (treedef, skey, self._parts(leaves))
-            c = self._fast.get(fast)
-            if c is not None:
-                return c, leaves
-        leaves, treedef, skey = self._split(args, kwargs, _is_number)
-        base = (treedef, skey, self._parts(leaves))
+    def _lookup(self, args, kwargs, leaves, treedef, base, nums) -> "_Compiled":
+        """The graph for these arguments (traced if none fits); one that traces no number
+        is also kept under ``(base, nums)``, the key of the next call's first look."""
         nums = [(j, x) for j, x in enumerate(leaves) if _is_number(x)]
         b = self._cache.get(base)
         if b is not None:
@@ -279,13 +263,13 @@ class Jitted:
             if graphs is not None:
                 for c in graphs:
                     if c.check is None or c.check(*[leaves[j] for j in c.num_idx]):
-                        return c, leaves
+                        return c
         c = self._compiled_for(base, b, nums, args, kwargs, leaves, treedef)
-        if not c.num_idx:  # no traced number: also found from the plain flatten
+        if not c.num_idx:
             if len(self._fast) >= CACHE_SIZE:
                 del self._fast[next(iter(self._fast))]
-            self._fast[fast] = c.without_numbers(leaves)
-        return c, leaves
+            self._fast[(base, tuple([x for _, x in nums]))] = c
+        return c
 
     def signatures(self) -> int:
         """How many signatures have graphs in the cache."""
@@ -327,7 +311,9 @@ class Jitted:
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """The staged graph for these arguments' signature (traced if not cached yet)."""
-        return Lowered(self._lookup(args, kwargs)[0])
+        leaves, treedef, skey = self._split(args, kwargs, _is_number)
+        parts, nums = self._parts(leaves)
+        return Lowered(self._lookup(args, kwargs, leaves, treedef, (treedef, skey, parts), nums))
 
     def _donated_leaves(self, args, leaves, treedef) -> set:
         """Indices (in ``leaves``) of the array leaves of donated arguments."""
@@ -363,8 +349,9 @@ class Jitted:
                 if j in c.donated:
                     t = as_operand(consume(x, _depth=3), op)
                     v = t._value
+                    if j in c.written:
+                        spent.append((len(vals), t))
                     t = None
-                    spent.append(len(vals))
                 else:
                     v = x._value
                     while isinstance(v, Tensor):
@@ -372,13 +359,17 @@ class Jitted:
             else:
                 v = x
             vals.append(v)
-        for i in spent:
+        ids = [id(v) for v in vals] if spent else None
+        for i, t in spent:  # (the donated inputs the graph writes into)
             v = vals[i]
             d = c.graph.disp[c.graph.inputs[i]]
-            # the buffer is written only if nothing else holds it (a share, x.raw, a view)
-            why, _ = reuse_reason(d, v, v, 2)
-            if why is not None or any(vals[k] is v for k in range(len(vals)) if k != i):
+            # the buffer is written only if nothing else holds it (a share, x.raw, a view);
+            # the holders known here: vals[i], the consumed handle t, v and the `like` argument
+            why, _ = reuse_reason(d, v, v, 4)
+            if why is not None or ids.count(id(v)) > 1:  # (or given twice)
                 vals[i] = d.raw_ns.asarray(v, copy=True)
+            else:
+                t._value = None  # (the one handle on the buffer moves to the graph, as run_owned does)
             v = None
         return vals
 
@@ -464,6 +455,7 @@ class Jitted:
         c.out_kinds = kinds
         c.out_disp = disp
         c.donated = donated_leaves
+        c.written = {j for j in donated_leaves if g.inputs[pos[j]] in g.written}
         c.name = self._name
         c.persist = self._persist and any(d is not None and d.caps.lazy for d in disp)
         # free the staging values no longer needed (the graph keeps shapes via `values`: keep

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from .. import backend as _backend
 from ..autodiff._ownership import _ufunc
+from ..autodiff._primitive import FRESH as _FRESH_PRIMITIVES
 from ..autodiff._staging import Graph, Op, Ref, _collect
 
 __all__ = ["fold_constants", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes"]
 
-#: ops whose result is a new buffer (never a view of an input) besides the ufuncs
+#: ops whose result is a new buffer (never a view of an input) besides the ufuncs and the
+#: primitives declared ``fresh``
 _FRESH = frozenset("""
     matmul tensordot vecdot sum prod mean max min var std cumulative_sum cumulative_prod
     concat stack where argmax argmin linalg.matmul linalg.tensordot linalg.vecdot
@@ -160,8 +162,10 @@ def plan_buffers(g: Graph, donated: set) -> None:
     one of those (a transposed gradient), no other live value may alias that
     buffer (views made from it are alive no longer than it), it is not an
     output, the op reads it through no other view, and the slot has the
-    result's shape and dtype.
+    result's shape and dtype. ``g.written``: the donated inputs whose buffers
+    receive results.
     """
+    g.written = set()
     if not g.ops:
         return
     n = len(g.values)
@@ -181,7 +185,7 @@ def plan_buffers(g: Graph, donated: set) -> None:
         d = g.disp[op.outs[0]] if op.outs and op.outs[0] is not None else None
         u = _ufunc_of(op, d) if d is not None and _writes_out(d) else None
         ufuncs[i] = u
-        is_fresh = (u is not None or op.name in _FRESH) and not op.multi
+        is_fresh = (u is not None or op.name in _FRESH or op.name in _FRESH_PRIMITIVES) and not op.multi
         for s in op.outs:
             if s is None:
                 continue
@@ -237,6 +241,8 @@ def plan_buffers(g: Graph, donated: set) -> None:
                 op.fn = u
             op.out_into = s  # (o owns that buffer from here; its own liveness decides its reuse)
             taken.update((s, b))
+            if b in donated:
+                g.written.add(b)
             break
 
 

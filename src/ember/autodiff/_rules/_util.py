@@ -106,22 +106,42 @@ def _decided_when_run(ns) -> bool:
 _SELECT_KERNELS: dict = {}
 
 
-def _select_kernel(d):
+def _select_kernel(d, summed: bool = False):
     """``select`` as one backend function that picks the product or ``where`` on the values it
     gets (a finite sum of the product: every term finite, see ``select_summed``), so a jitted
-    graph replays the fast product on every call where it is exact."""
-    k = _SELECT_KERNELS.get(d)
+    graph replays the fast product on every call where it is exact. ``summed``: the kernel
+    of ``select_summed``, ``(c, g, axis) -> (p, sum(p, axis))``, which reads the product's
+    exactness off the sum it returns."""
+    k = _SELECT_KERNELS.get((d, summed))
     if k is None:
         R = d.raw_ns
+        if summed:
+            def k(c, g, axis):
+                p = _mask_product(R, g, c)
+                total = R.sum(p, axis=axis)
+                if math.isfinite(float(R.sum(total))):
+                    return p, total
+                p = R.where(c, g, R.zeros_like(g))
+                return p, R.sum(p, axis=axis)
+        else:
+            def k(c, g):
+                p = _mask_product(R, g, c)
+                if math.isfinite(float(R.sum(p))):
+                    return p
+                return R.where(c, g, R.zeros_like(g))
 
-        def k(c, g):
-            p = _mask_product(R, g, c)
-            if math.isfinite(float(R.sum(p))):
-                return p
-            return R.where(c, g, R.zeros_like(g))
-
-        _SELECT_KERNELS[d] = k
+        _SELECT_KERNELS[d, summed] = k
     return k
+
+
+def _staged_only(d, *xs) -> bool:
+    """Whether Tensors ``xs`` are traced by jit's staging trace alone (no tape above it
+    differentiates them, no vmap batches them): an op without a rule may then be staged."""
+    for x in xs:
+        n = getattr(x, "_node", None)
+        if x.__class__ is not d.T or n is None or not n.trace.stages:
+            return False
+    return True
 
 
 def select_summed(ns, c, g, axis):
@@ -145,6 +165,10 @@ def select_summed(ns, c, g, axis):
         s = ns.sum(total)
         if math.isfinite(raw_value(s) if isinstance(s, Tensor) else s):
             return p, total
+    if _decided_when_run(ns) and _staged_only(ns._dispatch, c, g):  # (jit: one staged op)
+        p, total = ns._dispatch.call("_select_summed", _select_kernel(ns._dispatch, True), (c, g),
+                                     {"axis": axis})
+        return p, total
     p = select(ns, c, g)
     return p, ns.sum(p, axis=axis)
 
