@@ -123,7 +123,10 @@ class StagingTrace(Trace):
 
     # ---------------------------------------------------------------- values
     def add_input(self, v, d, mod) -> Tensor:
-        """A staged Tensor over backend array ``v`` (an input of the graph)."""
+        """A staged Tensor over backend array ``v`` (an input of the graph). An array given
+        twice (tied weights, ``f(a, a)``) is two inputs: a later call may pass two arrays."""
+        if id(v) in self.ids:  # (values are found by identity: the second one stages a copy)
+            v = d.raw_ns.asarray(v, copy=True)
         slot = self.graph.new_slot(v, d)
         self.graph.inputs.append(slot)
         self.ids[id(v)] = slot
@@ -218,10 +221,18 @@ class StagingTrace(Trace):
         pref: list = []
         _collect(lparams, pref)
         raw = [_raw(a) for a in norm]
+        compute = getattr(impl, "residuals", None)
         try:
-            out = impl(*raw, **params)
+            if compute is not None:
+                out, extra = compute(*raw, **params)
+            else:
+                out = impl(*raw, **params)
         except Exception as e:
             raise op_error(name, e, raw) from e
+        if compute is not None:
+            if refs or pref:
+                return self._stage_residuals(d, name, impl, args, lparams, bool(pref), out, extra)
+            impl.kept.append(extra)
         if not refs and not pref:  # constants only: folded now, never recorded
             return d.wrap_out(out)
         mod = d.module
@@ -248,6 +259,38 @@ class StagingTrace(Trace):
                 return type(out)(*items)
             return type(out)(items) if isinstance(out, list) else tuple(items)
         return out  # not an array (a Python value computed from shapes)
+
+
+    def _stage_residuals(self, d, name, impl, args, lparams, dynamic, out, extra):
+        """An op of a primitive with residuals (``defresiduals``) recorded under a tape: one op
+        computes the result and the arrays the tape's node keeps (``extra``: a dict of arrays
+        or tuples of arrays). Those get slots, and the node keeps them as staged Tensors
+        (``impl.kept``), so the VJP's ops on them are staged too."""
+        compute = impl.residuals
+
+        def with_residuals(*raw, **params):
+            res, ex = compute(*raw, **params)
+            items = [res]
+            for v in ex.values():
+                items.extend(v if isinstance(v, (tuple, list)) else (v,))
+            return items
+
+        def staged(v):
+            if v.__class__ is not d.A:
+                if not _is_array(v):
+                    raise TypeError(f"{name}: a residual must be an array, got {type(v).__name__}")
+                v = d.coerce(v)
+            slots.append(self._out(v, d))
+            return d.make(d.make(v, None), LeafNode(self, d.module))
+
+        slots: list = []
+        res = staged(out)
+        kept = {}
+        for k, v in extra.items():
+            kept[k] = type(v)(staged(x) for x in v) if isinstance(v, (tuple, list)) else staged(v)
+        impl.kept.append(kept)
+        self.graph.ops.append(Op(name, with_residuals, args, lparams, tuple(slots), multi=True, dynamic=dynamic))
+        return res
 
 
 def _raw(a):

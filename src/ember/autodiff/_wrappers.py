@@ -194,6 +194,35 @@ def build(d) -> dict:
     record = d.record_one_level
     from ._op_errors import GENERAL as _GENERAL
 
+    def one_level_over_staging(args):
+        """Whether each tracked argument is tracked by one active trace right over jit's
+        staging trace or by the staging trace alone, some by the former and some value
+        staged (not under vmap: no batched value)."""
+        top, staged = None, False
+        for a in args:
+            if a.__class__ is not T:
+                if isinstance(a, Tensor):  # (a vmap's batched value)
+                    return False
+                continue
+            n = a._node
+            if n is None:
+                continue
+            if n.trace.stages:
+                staged = True
+                continue
+            if top is None:
+                top = n.trace
+            elif n.trace is not top:
+                return False
+            v = a._value
+            if v.__class__ is not T:  # (a vmap's batched value)
+                return False
+            if v._node is not None:
+                if not v._node.trace.stages:
+                    return False
+                staged = True
+        return staged and top is not None and top.active
+
     def record_keeping(name, compute, args, params, deciding):
         """Record ``name`` on one level with a node that also keeps, in its params, what the
         forward computes for the VJP anyway: ``compute(*raw args, **params)`` gives
@@ -202,8 +231,8 @@ def build(d) -> dict:
         nothing), ``consume`` markers, or a call ``record_one_level`` does not take."""
         n = None
         for a in deciding:  # the first tracked one (a loop: a generator is a frame per call)
-            if a.__class__ is T and a._node is not None:
-                n = a._node
+            if a.__class__ is T and a._node is not None and not a._node.trace.stages:
+                n = a._node  # (jit's staging trace records every op: it is no tape)
                 break
         if n is None or n.trace.saver is not None or d._claims:
             return None
@@ -216,7 +245,12 @@ def build(d) -> dict:
 
         res = record(name, impl, args, params)
         if res is _GENERAL:
-            return None
+            if not one_level_over_staging(deciding):
+                return None
+            # the stager records ``compute`` as one op whose results include what the node
+            # keeps, as staged values (StagingTrace.stage)
+            impl.residuals, impl.kept = compute, kept
+            res = d.call(name, impl, args, params)
         if kept and res._node is not None:
             res._node.params = {**params, **kept[0]}
         return res
