@@ -482,3 +482,24 @@ def test_fused_ops_with_residuals_under_jit_of_vmap_and_of_hessian(lib):
     same(ember.jit(per_example)(ln, z, t), per_example(ln, z, t))
     hess = ember.hessian(lambda a: nn.cross_entropy(ln(a), t))
     same(ember.jit(hess)(z), hess(z), tol=1e-12)
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_products_with_one_are_dropped_only_where_exact(lib):
+    # x * 1 and x / 1 are x bit for bit (signed zeros, inf, NaN) when nothing broadcasts or
+    # promotes; a one that broadcasts x or changes its dtype stays an op
+    xp = ns(lib)
+    one = xp.asarray(1.0)
+
+    def f(x, y):
+        x32 = xp.astype(x, xp.float32)
+        return x * one, 1.0 * y / 1.0, x * xp.ones((2, 3)), x32 * one, x32 * 1.0
+
+    jf = ember.jit(f)
+    x = xp.asarray([-0.0, np.inf, np.nan])
+    y = xp.asarray([0.0, -2.5, -np.inf])
+    for got, want in zip(jf(x, y), f(x, y)):
+        np.testing.assert_array_equal(raw(got), raw(want))
+        assert np.signbit(raw(got)).tolist() == np.signbit(raw(want)).tolist()
+    text = str(jf.lower(x, y))
+    assert text.count("multiply(") == 2 and "divide(" not in text  # (the broadcast, the promotion)

@@ -2,6 +2,8 @@
 
 - :func:`fold_constants`: an op none of whose inputs is a graph value becomes
   the constant it computed while staging;
+- :func:`simplify`: products with a scalar one (a unit cotangent) and
+  divisions by one are dropped;
 - :func:`eliminate_common`: two calls of one function on the same inputs and
   parameters become one (backend functions are pure);
 - :func:`eliminate_dead`: ops no output depends on are dropped;
@@ -18,7 +20,7 @@ from ..autodiff._ownership import _ufunc
 from ..autodiff._primitive import FRESH as _FRESH_PRIMITIVES
 from ..autodiff._staging import Graph, Op, Ref, _collect
 
-__all__ = ["fold_constants", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes"]
+__all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes"]
 
 #: ops whose result is a new buffer (never a view of an input) besides the ufuncs and the
 #: primitives declared ``fresh``
@@ -73,6 +75,50 @@ def fold_constants(g: Graph) -> None:
                     m[s] = g.values[s]
             continue
         op.dynamic = op.dynamic and _has_ref(op.params)
+        ops.append(op)
+    g.ops = ops
+    g.outputs = [_subst(o, m) for o in g.outputs]
+
+
+def _is_one(c) -> bool:
+    """Whether constant ``c`` is a scalar one (a Python number or a 0-d array)."""
+    if c.__class__ in (int, float):
+        return c == 1
+    shape = getattr(c, "shape", None)
+    if shape is None or tuple(shape) != ():
+        return False
+    try:
+        return bool(c == 1)
+    except Exception:  # (a backend that will not compare on the host)
+        return False
+
+
+_UNIT_OPS = {"multiply": (0, 1), "divide": (1,)}  # op -> positions where a one changes nothing
+
+
+def simplify(g: Graph) -> None:
+    """``x * 1``, ``1 * x`` and ``x / 1`` become ``x`` where the result has x's shape and dtype
+    (exact for every value, signed zeros and NaN included); a transform's unit cotangent is such
+    a one."""
+    m: dict = {}
+    ops = []
+    for op in g.ops:
+        if m:
+            _rename(op, m)
+        at = _UNIT_OPS.get(op.name)
+        if at is not None and len(op.args) == 2 and not op.params and not op.multi:
+            for i in at:
+                one, x = op.args[i], op.args[1 - i]
+                if one.__class__ is Ref or x.__class__ is not Ref or not _is_one(one):
+                    continue
+                v, r = g.values[x.slot], g.values[op.outs[0]]
+                if (hasattr(v, "shape") and tuple(v.shape) == tuple(r.shape)
+                        and v.dtype == r.dtype):
+                    m[op.outs[0]] = x
+                    break
+            else:
+                ops.append(op)
+            continue
         ops.append(op)
     g.ops = ops
     g.outputs = [_subst(o, m) for o in g.outputs]
@@ -249,6 +295,7 @@ def plan_buffers(g: Graph, donated: set) -> None:
 def run_passes(g: Graph, donated: set) -> None:
     """All passes, in order."""
     fold_constants(g)
+    simplify(g)
     eliminate_common(g)
     eliminate_dead(g)
     plan_buffers(g, donated)

@@ -170,7 +170,7 @@ def describe(g: Graph, name: str, passes: str = "") -> str:
             return "[" + ", ".join(arg(a) for a in t) + "]"
         if c is dict:
             return "{" + ", ".join(f"{k!r}: {arg(a)}" for k, a in t.items()) + "}"
-        if hasattr(t, "shape") and hasattr(t, "dtype"):
+        if hasattr(t, "shape") and hasattr(t, "dtype") and not isinstance(t, type):  # (not a dtype)
             return f"const {_spec(t)}"
         return repr(t)
 
