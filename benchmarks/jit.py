@@ -13,7 +13,8 @@ Workloads:
   float64 (8,): ``ember-jit`` (``jit(grad(f))``), ``ember-grad`` (eager),
   ``numpy`` (the raw forward chain: NumPy's own per-op cost), ``jax-jit``.
 - ``jit_mlp`` (ms/step): MLP 784-256-256-10, batch 128, SGD, float32:
-  ``numpy-hand`` (``mlp.py``'s in-place hand-written step), ``ember-step``
+  ``numpy-hand`` (``mlp.py``'s in-place hand-written step), ``numpy`` (its plain
+  hand-written step, the issue's reference), ``ember-step``
   (eager ``train_step`` with ``nn.linear``), ``ember-jit-step`` (that step
   jitted), ``ember-generic`` / ``ember-jit-generic`` (plain ops: matmul,
   maximum, log-softmax, ``tree.map`` update), ``ember-adam`` /
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 from _harness import Workload, configure_env, reexec_clean_env, run_cli
 import _peers as peers
-from mlp import LR, loss_fn, make_problem, out_in, setup_numpy_inplace
+from mlp import LR, loss_fn, make_problem, out_in, setup_numpy, setup_numpy_inplace
 from overhead import N_OPS, _input, chain, import_ember
 
 
@@ -113,7 +114,7 @@ def _mlp_step(kind: str) -> Callable[[], Any]:
 
 
 def _mlp_setups() -> dict[str, Callable[[], Callable[[], Any]]]:
-    return {"numpy-hand": lambda: setup_numpy_inplace(np.float32),
+    return {"numpy-hand": lambda: setup_numpy_inplace(np.float32), "numpy": lambda: setup_numpy(np.float32),
             "ember-step": lambda: _mlp_step("step"), "ember-jit-step": lambda: _mlp_step("step-jit"),
             "ember-generic": lambda: _mlp_step("generic"),
             "ember-jit-generic": lambda: _mlp_step("generic-jit"),
@@ -196,7 +197,8 @@ def workloads(quick: bool = False) -> list[Workload]:
                  ratios=[("ember-jit", "jax-jit"), ("ember-jit", "ember-grad")]),
         Workload(name="jit_mlp", unit="ms/step", impls=_mlp_setups(), reference="numpy-hand",
                  description="MLP 784-256-256-10 ReLU, batch 128, SGD step, float32",
-                 ratios=[("ember-jit-step", "numpy-hand"), ("ember-jit-generic", "numpy-hand"),
+                 ratios=[("ember-jit-step", "numpy-hand"), ("ember-jit-step", "numpy"),
+                         ("ember-jit-generic", "numpy-hand"), ("ember-jit-generic", "numpy"),
                          ("ember-jit-step", "ember-step"), ("ember-jit-generic", "ember-generic"),
                          ("ember-jit-adam", "ember-adam")]),
         Workload(name="jit_transformer", unit="ms/step", impls=_transformer_setups(quick), reference="torch",

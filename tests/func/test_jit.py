@@ -503,3 +503,23 @@ def test_products_with_one_are_dropped_only_where_exact(lib):
         assert np.signbit(raw(got)).tolist() == np.signbit(raw(want)).tolist()
     text = str(jf.lower(x, y))
     assert text.count("multiply(") == 2 and "divide(" not in text  # (the broadcast, the promotion)
+
+
+def test_jitted_maximum_gradient_decides_ties_and_infs_on_each_calls_values():
+    # maximum's cotangent is one staged op on NumPy: the product (with the half for ties only
+    # when a tie exists) where the cotangent is finite, where() otherwise; equal to eager
+    import ember.autodiff.numpy as xp
+
+    def f(x, y, w):
+        return xp.sum(xp.maximum(x, y) * w) + xp.sum(xp.minimum(x, 0.0) * w)
+
+    g = ember.jit(ember.grad(f, argnums=(0, 1)))
+    for x, y, w in [([1.0, -2.0, 3.0], [0.5, -1.0, 4.0], [1.0, 2.0, 3.0]),   # no tie
+                    ([1.0, -2.0, 0.0], [1.0, -1.0, 4.0], [1.0, -2.0, 3.0]),  # a tie, a zero
+                    ([1.0, -2.0, 3.0], [0.5, -1.0, 4.0], [np.inf, 2.0, -np.inf])]:
+        args = [xp.asarray(a) for a in (x, y, w)]
+        for got, want in zip(g(*args), ember.grad(f, argnums=(0, 1))(*args)):
+            np.testing.assert_array_equal(raw(got), raw(want))
+            assert np.signbit(raw(got)).tolist() == np.signbit(raw(want)).tolist()
+    assert g.trace_count == 1
+    assert "_ties(" in str(g.lower(*args)) and "where(" not in str(g.lower(*args))

@@ -91,7 +91,7 @@ def select(ns, c, g):
     if products_exact(ns, g):
         return _mask_product(ns, g, c)
     if _decided_when_run(ns):
-        return ns._dispatch.call("_select", _select_kernel(ns._dispatch), (c, g), {})
+        return ns._dispatch.call("_select", run_time_kernel(ns._dispatch, "_select", _select_kernel), (c, g), {})
     return ns.where(c, g, ns.zeros_like(g))
 
 
@@ -103,45 +103,62 @@ def _decided_when_run(ns) -> bool:
     return d is not None and not ns._cheap_any and d.caps.cheap_checks
 
 
-_SELECT_KERNELS: dict = {}
+_KERNELS: dict = {}  # (dispatcher, name) -> a backend function made by run_time_kernel
 
 
-def _select_kernel(d, summed: bool = False):
-    """``select`` as one backend function that picks the product or ``where`` on the values it
-    gets (a finite sum of the product: every term finite, see ``select_summed``), so a jitted
-    graph replays the fast product on every call where it is exact. ``summed``: the kernel
-    of ``select_summed``, ``(c, g, axis) -> (p, sum(p, axis))``, which reads the product's
-    exactness off the sum it returns."""
-    k = _SELECT_KERNELS.get((d, summed))
+def run_time_kernel(d, name: str, make):
+    """Backend function ``name`` of dispatcher ``d``, made once by ``make(raw_ns)``: a rule's
+    step as one function that picks its method on the values it runs on, so a jitted graph
+    replays the fast method on every call where it is exact (``_select``, ``_ties``)."""
+    k = _KERNELS.get((d, name))
     if k is None:
-        R = d.raw_ns
-        if summed:
-            def k(c, g, axis):
-                p = _mask_product(R, g, c)
-                total = R.sum(p, axis=axis)
-                if math.isfinite(float(R.sum(total))):
-                    return p, total
-                p = R.where(c, g, R.zeros_like(g))
-                return p, R.sum(p, axis=axis)
-        else:
-            def k(c, g):
-                p = _mask_product(R, g, c)
-                if math.isfinite(float(R.sum(p))):
-                    return p
-                return R.where(c, g, R.zeros_like(g))
-
-        _SELECT_KERNELS[d, summed] = k
+        k = _KERNELS[d, name] = make(d.raw_ns)
     return k
 
 
-def _staged_only(d, *xs) -> bool:
-    """Whether Tensors ``xs`` are traced by jit's staging trace alone (no tape above it
-    differentiates them, no vmap batches them): an op without a rule may then be staged."""
+def _select_kernel(R):
+    """``select`` on backend arrays: the product where a finite sum shows it exact (every
+    term finite, see ``select_summed``), else ``where``."""
+    def k(c, g):
+        p = _mask_product(R, g, c)
+        if math.isfinite(float(R.sum(p))):
+            return p
+        return R.where(c, g, R.zeros_like(g))
+
+    return k
+
+
+def _select_summed_kernel(R):
+    """``select_summed`` on backend arrays: ``(c, g, axis) -> (p, sum(p, axis))``, the
+    product's exactness read off the sum it returns."""
+    def k(c, g, axis):
+        p = _mask_product(R, g, c)
+        total = R.sum(p, axis=axis)
+        if math.isfinite(float(R.sum(total))):
+            return p, total
+        p = R.where(c, g, R.zeros_like(g))
+        return p, R.sum(p, axis=axis)
+
+    return k
+
+
+def staged_only(ns, *xs) -> bool:
+    """Whether the Tensors among ``xs`` are traced by jit's staging trace alone (no tape above
+    it differentiates them, no vmap batches them), at least one of them, while jit stages
+    on a backend with cheap checks: an op without a rule that decides on the values it runs
+    on (``_select``) may then be staged."""
+    if not _decided_when_run(ns):
+        return False
+    d = ns._dispatch
+    staged = False
     for x in xs:
-        n = getattr(x, "_node", None)
+        if not isinstance(x, Tensor):
+            continue
+        n = x._node
         if x.__class__ is not d.T or n is None or not n.trace.stages:
             return False
-    return True
+        staged = True
+    return staged
 
 
 def select_summed(ns, c, g, axis):
@@ -165,9 +182,10 @@ def select_summed(ns, c, g, axis):
         s = ns.sum(total)
         if math.isfinite(raw_value(s) if isinstance(s, Tensor) else s):
             return p, total
-    if _decided_when_run(ns) and _staged_only(ns._dispatch, c, g):  # (jit: one staged op)
-        p, total = ns._dispatch.call("_select_summed", _select_kernel(ns._dispatch, True), (c, g),
-                                     {"axis": axis})
+    if staged_only(ns, c, g):  # (jit: one staged op)
+        p, total = ns._dispatch.call(
+            "_select_summed", run_time_kernel(ns._dispatch, "_select_summed", _select_summed_kernel), (c, g),
+            {"axis": axis})
         return p, total
     p = select(ns, c, g)
     return p, ns.sum(p, axis=axis)

@@ -38,7 +38,8 @@ import math
 
 from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place
 from ._base import RULES, defvjp
-from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, select
+from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, run_time_kernel, select
+from ._util import staged_only
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -120,6 +121,9 @@ def _ties(ns, mine, other, g, larger):
     when one exists. A cotangent with an inf or NaN (which a zero weight would
     turn into NaN) takes the exact selection, which other backends use always.
     """
+    if staged_only(ns, mine, other, g):  # (jit: one op, deciding on each call's values)
+        return ns._dispatch.call("_ties", run_time_kernel(ns._dispatch, "_ties", _ties_kernel),
+                                 (mine, other, g), {"larger": larger})
     win = (mine > other) if larger else (mine < other)
     tie = mine == other
     if products_exact(ns, g):
@@ -129,6 +133,22 @@ def _ties(ns, mine, other, g, larger):
             w = w + ns.astype(tie, dt) * 0.5
         return g * w
     return ns.where(win, g, ns.where(tie, g * 0.5, ns.zeros_like(g)))
+
+
+def _ties_kernel(R):
+    """:func:`_ties` on backend arrays, as one function (the same steps, chosen per call)."""
+    def k(mine, other, g, larger):
+        win = (mine > other) if larger else (mine < other)
+        tie = mine == other
+        if bool(R.all(R.isfinite(g))):
+            dt = g.dtype
+            w = R.astype(win, dt)
+            if bool(R.any(tie)):
+                w = w + R.astype(tie, dt) * 0.5
+            return g * w
+        return R.where(win, g, R.where(tie, g * 0.5, R.zeros_like(g)))
+
+    return k
 
 
 def _pow_dx(ns, g, ans, x, y):
