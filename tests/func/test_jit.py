@@ -487,13 +487,14 @@ def test_fused_ops_with_residuals_under_jit_of_vmap_and_of_hessian(lib):
 @pytest.mark.parametrize("lib", BACKENDS)
 def test_products_with_one_are_dropped_only_where_exact(lib):
     # x * 1 and x / 1 are x bit for bit (signed zeros, inf, NaN) when nothing broadcasts or
-    # promotes; a one that broadcasts x or changes its dtype stays an op
+    # promotes; a one that broadcasts x or changes its dtype stays an op, and so does a
+    # product that is an output
     xp = ns(lib)
     one = xp.asarray(1.0)
 
     def f(x, y):
-        x32 = xp.astype(x, xp.float32)
-        return x * one, 1.0 * y / 1.0, x * xp.ones((2, 3)), x32 * one, x32 * 1.0
+        x32, neg = xp.astype(x, xp.float32), xp.negative  # (outputs stay their own buffers)
+        return neg(x * one), neg(1.0 * y / 1.0), neg(x * xp.ones((2, 3))), neg(x32 * one), neg(x32 * 1.0)
 
     jf = ember.jit(f)
     x = xp.asarray([-0.0, np.inf, np.nan])
@@ -503,6 +504,12 @@ def test_products_with_one_are_dropped_only_where_exact(lib):
         assert np.signbit(raw(got)).tolist() == np.signbit(raw(want)).tolist()
     text = str(jf.lower(x, y))
     assert text.count("multiply(") == 2 and "divide(" not in text  # (the broadcast, the promotion)
+    # an output stays its own buffer: writing into it leaves the input as it was
+    h = ember.jit(lambda x: (x * 1.0, xp.sin(x * 1.0)))
+    out, _ = h(x)
+    assert "multiply(" in str(h.lower(x))
+    out[0] = 5.0
+    assert np.signbit(raw(x)[0]) and raw(x)[0] == 0.0
 
 
 def test_jitted_maximum_gradient_decides_ties_and_infs_on_each_calls_values():

@@ -98,15 +98,19 @@ _UNIT_OPS = {"multiply": (0, 1), "divide": (1,)}  # op -> positions where a one 
 
 def simplify(g: Graph) -> None:
     """``x * 1``, ``1 * x`` and ``x / 1`` become ``x`` where the result has x's shape and dtype
-    (exact for every value, signed zeros and NaN included); a transform's unit cotangent is such
-    a one."""
+    and is not an output (exact for every value, signed zeros and NaN included); a
+    transform's unit cotangent is such a one."""
     m: dict = {}
     ops = []
+    outs: list = []
+    _collect(g.outputs, outs)
+    outs = set(outs)  # (an output stays its own buffer, as eagerly: never an alias of x)
     for op in g.ops:
         if m:
             _rename(op, m)
         at = _UNIT_OPS.get(op.name)
-        if at is not None and len(op.args) == 2 and not op.params and not op.multi:
+        if (at is not None and len(op.args) == 2 and not op.params and not op.multi
+                and op.outs[0] not in outs):
             for i in at:
                 one, x = op.args[i], op.args[1 - i]
                 if one.__class__ is Ref or x.__class__ is not Ref or not _is_one(one):
