@@ -346,6 +346,27 @@ def test_structures(xp):
     assert got["y"].shape == (2, 3) and got["s"][0].shape == (3,)
 
 
+def test_a_module_as_an_in_axes_prefix(xp):
+    """A dataclass module whose fields are axes maps some parameters (an ensemble of weights
+    sharing one bias) and leaves the others; its gradient equals a loop of grad calls."""
+    nn = ember.nn
+    ws, b = rand(xp, (3, 2, 4)), rand(xp, (2,), 1)  # three weights (out 2, in 4), one bias
+    x = rand(xp, (5, 4), 2)
+    ensemble = nn.Linear(ws, b)
+
+    def loss(m, x):
+        return xp.sum(m(x) ** 2)
+
+    spec = (nn.Linear(0, None), None)
+    got = ember.vmap(ember.grad(loss), in_axes=spec)(ensemble, x)
+    for i in range(3):
+        want = ember.grad(loss)(nn.Linear(ws[i, ...], b), x)
+        assert_close(got.weight[i, ...], as_numpy(want.weight))
+        assert_close(got.bias[i, ...], as_numpy(want.bias))
+    with pytest.raises(ValueError, match=r"in_axes Linear.*a Linear against a dict"):
+        ember.vmap(loss, in_axes=spec)({"weight": ws, "bias": b}, x)
+
+
 def test_kwargs_and_raw_arrays():
     x = np.arange(6.0).reshape(3, 2)
     out = ember.vmap(lambda a, scale=None: a * scale)(x, scale=np.ones((3, 2)) * 2.0)

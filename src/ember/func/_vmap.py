@@ -11,6 +11,7 @@ gradients.
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any, Callable
 
@@ -24,8 +25,8 @@ from ..autodiff._tensor import raw_value
 __all__ = ["vmap"]
 
 BAD_AXIS_SPEC = (
-    "vmap: {what} must be an int, None, or a tuple/list/dict matching the {of} (a prefix of "
-    "its structure, as in JAX), got {spec!r}"
+    "vmap: {what} must be an int, None, or a tuple/list/dict/dataclass matching the {of} (a "
+    "prefix of its structure, as in JAX), got {spec!r}"
 )
 PREFIX_MISMATCH = (
     "vmap: {what} {spec!r} does not match the structure of the {of} at {where}: {detail}"
@@ -84,6 +85,17 @@ def _axis_tree(spec, x, what, of, where="the arguments"):
             raise ValueError(PREFIX_MISMATCH.format(what=what, spec=spec, of=of, where=where,
                                                     detail=detail))
         return type(x)((k, _axis_tree(spec[k], v, what, of, f"{where}[{k!r}]")) for k, v in x.items())
+    info = _tree.node_info(spec)
+    if info is not None and info.kind == "dataclass":  # a module whose fields are axes
+        if type(x) is not type(spec):
+            detail = f"a {type(spec).__name__} against a {type(x).__name__}"
+            raise ValueError(PREFIX_MISMATCH.format(what=what, spec=spec, of=of, where=where,
+                                                    detail=detail))
+        out = copy.copy(x)  # (x's static fields kept; its child fields become axis trees)
+        for n in info.names:
+            object.__setattr__(out, n, _axis_tree(getattr(spec, n), getattr(x, n), what, of,
+                                                  f"{where}.{n}"))
+        return out
     raise ValueError(BAD_AXIS_SPEC.format(what=what, of=of, spec=spec))
 
 
@@ -108,8 +120,9 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *, fallback: str = "e
 
     ``in_axes``: an int (every array leaf of every positional argument is mapped along that
     axis), None (not mapped: the same for every example), or a tuple with one entry per
-    positional argument, each an int, None or a structure prefix of that argument (a dict or
-    list of axes), as in JAX. Keyword arguments are mapped along axis 0. ``out_axes`` likewise
+    positional argument, each an int, None or a structure prefix of that argument (a dict,
+    list or dataclass of axes: ``nn.Linear(weight=0, bias=None)`` maps a module's weight
+    only), as in JAX. Keyword arguments are mapped along axis 0. ``out_axes`` likewise
     for the result. ``fallback="loop"`` runs ops that have no batching rule once per example
     (slow, with a warning) instead of raising.
 
