@@ -149,3 +149,22 @@ def test_specs_of_two_libraries_never_compare_their_dtypes():
             x = ns.asarray(X)
             g = ember.grad(lambda x: ns.sum(x + 1.0))(x)
             assert type(raw_value(g)).__module__.split(".")[0] == type(raw_value(x)).__module__.split(".")[0]
+
+
+def test_a_two_argument_primitive_with_parameters_keeps_only_what_its_vjps_read():
+    # a primitive with keyword parameters takes the generic one-level path, which drops what
+    # saves= says its VJPs never read, as the standard ops' fast paths do
+    axpy = ember.primitive(lambda ns, a, b, *, k: k * a + b, name="axpy_saves")
+    axpy.defvjp(lambda ns, g, ans, a, b, *, k: g * k, lambda ns, g, ans, a, b, *, k: g,
+                saves=("none", "spec"), keep_ans=False)
+
+    def fn(refs, x, y):
+        a = _watch(refs, "a", xp.sin(x) * 1.5)  # (sin's VJP reads x, not this product)
+        b = _watch(refs, "b", xp.cos(y) * 2.0)
+        return _watch(refs, "out", axpy(a, b, k=3.0))
+
+    alive, out, pull = _alive_after_forward(fn, xp.asarray(X), xp.asarray(X[::-1].copy()))
+    assert alive == {"a": False, "b": False, "out": True}
+    gx, gy = pull(xp.ones_like(out))
+    np.testing.assert_allclose(gx.raw, 3.0 * 1.5 * np.cos(X), rtol=1e-13)
+    np.testing.assert_allclose(gy.raw, -2.0 * np.sin(X[::-1]), rtol=1e-13)

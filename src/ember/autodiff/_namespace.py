@@ -65,6 +65,22 @@ def _array_like(x) -> bool:
 
 _NOPARAMS: dict = {}  # shared, never mutated: the params of ops that take none
 _NOARG = (NOT_KEPT,)  # the args of a unary node whose VJP reads only its result
+
+
+def _keep_only_read(node, saves, raw, parents) -> None:
+    """Drop from ``node`` what its VJPs do not read (``Rule.saves``; codes 1: the spec, 2:
+    read by the other argument's VJP only, 3: nothing), as the unary and binary fast paths
+    do for the standard's ops; the generic one-level path (primitives) calls this."""
+    args = list(node.args)
+    for i, m in enumerate(saves[:-1]):
+        if not m or not hasattr(raw[i], "shape"):  # (kept, or a Python scalar: kept as it is)
+            continue
+        if m == 2 and (len(parents) != 2 or parents[1 - i] is not None):
+            continue  # (the other argument's VJP reads it)
+        args[i] = NOT_KEPT if m == 3 else spec_of(raw[i])
+    node.args = tuple(args)
+    if not saves[-1]:
+        node.ans = None
 _cache: dict = {}
 
 
@@ -427,6 +443,8 @@ class _Dispatcher:
         top.nodes.append(node)
         if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
             top.saver(node, impl)
+        elif rule.saves is not None and len(inner) == len(rule.saves) - 1:
+            _keep_only_read(node, rule.saves, raw, parents)
         t = T()
         t._value = ans
         t._node = node
