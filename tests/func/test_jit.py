@@ -510,6 +510,11 @@ def test_products_with_one_are_dropped_only_where_exact(lib):
     assert "multiply(" in str(h.lower(x))
     out[0] = 5.0
     assert np.signbit(raw(x)[0]) and raw(x)[0] == 0.0
+    # a complex product with one is not the value itself ((a + inf j) * 1 = nan + inf j): kept
+    z = xp.asarray(np.array([complex(1.0, np.inf), complex(-0.0, -2.0)]))
+    c = ember.jit(lambda z: xp.negative(z * 1.0))
+    np.testing.assert_array_equal(raw(c(z)), raw(xp.negative(z * 1.0)))
+    assert "multiply(" in str(c.lower(z))
 
 
 def test_jitted_maximum_gradient_decides_ties_and_infs_on_each_calls_values():

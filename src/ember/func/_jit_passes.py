@@ -97,9 +97,10 @@ _UNIT_OPS = {"multiply": (0, 1), "divide": (1,)}  # op -> positions where a one 
 
 
 def simplify(g: Graph) -> None:
-    """``x * 1``, ``1 * x`` and ``x / 1`` become ``x`` where the result has x's shape and dtype
-    and is not an output (exact for every value, signed zeros and NaN included); a
-    transform's unit cotangent is such a one."""
+    """``x * 1``, ``1 * x`` and ``x / 1`` become ``x`` where the result has x's shape and real
+    dtype and is not an output (exact for every real value, signed zeros and NaN included;
+    not for complex ones: ``(a + inf j) * 1`` is ``nan + inf j``); a transform's unit
+    cotangent is such a one."""
     m: dict = {}
     ops = []
     outs: list = []
@@ -115,9 +116,9 @@ def simplify(g: Graph) -> None:
                 one, x = op.args[i], op.args[1 - i]
                 if one.__class__ is Ref or x.__class__ is not Ref or not _is_one(one):
                     continue
-                v, r = g.values[x.slot], g.values[op.outs[0]]
-                if (hasattr(v, "shape") and tuple(v.shape) == tuple(r.shape)
-                        and v.dtype == r.dtype):
+                v, r, d = g.values[x.slot], g.values[op.outs[0]], g.disp[x.slot]
+                if (d is not None and tuple(v.shape) == tuple(r.shape) and v.dtype == r.dtype
+                        and d.xp.isdtype(v.dtype, ("real floating", "integral"))):
                     m[op.outs[0]] = x
                     break
             else:
