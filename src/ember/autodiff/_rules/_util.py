@@ -118,10 +118,11 @@ def run_time_kernel(d, name: str, make):
 
 def _select_kernel(R):
     """``select`` on backend arrays: the product where a finite sum shows it exact (every
-    term finite, see ``select_summed``), else ``where``."""
+    term finite, see ``select_summed``) or, the sum having overflowed, ``g`` is all finite;
+    else ``where``: the choices eager code makes."""
     def k(c, g):
         p = _mask_product(R, g, c)
-        if math.isfinite(float(R.sum(p))):
+        if math.isfinite(float(R.sum(p))) or bool(R.all(R.isfinite(g))):  # (a sum that overflowed)
             return p
         return R.where(c, g, R.zeros_like(g))
 
@@ -134,7 +135,7 @@ def _select_summed_kernel(R):
     def k(c, g, axis):
         p = _mask_product(R, g, c)
         total = R.sum(p, axis=axis)
-        if math.isfinite(float(R.sum(total))):
+        if math.isfinite(float(R.sum(total))) or bool(R.all(R.isfinite(g))):  # (as eagerly)
             return p, total
         p = R.where(c, g, R.zeros_like(g))
         return p, R.sum(p, axis=axis)
