@@ -41,6 +41,7 @@ from .func import (
     vjp,
     vmap,
 )
+from .func import lax
 from .tree import field
 from ._compute import compute, persist
 from . import nn, random, io, optim, training, distributed, data
@@ -69,6 +70,7 @@ __all__ = [
     "hessian",
     "hvp",
     "jit",
+    "lax",
     "TracingError",
     "RetraceWarning",
     "checkpoint",

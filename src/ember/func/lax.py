@@ -1,0 +1,180 @@
+"""``ember.lax``: control flow that works eagerly and under ``grad``, ``jit`` and ``vmap``.
+
+Python's ``if`` and ``while`` need a concrete value; under ``ember.jit`` (a
+traced Tensor) and ``ember.vmap`` (one value per example) there is none, and
+``bool(x)`` raises. These functions take the branch or loop as functions, as
+``jax.lax`` does:
+
+- :func:`cond` runs one branch where the predicate is known, and both
+  (combined with ``where``) where it is traced or batched;
+- :func:`fori_loop` and :func:`scan` loop a number of times known while
+  tracing (jit unrolls them);
+- :func:`while_loop` loops while a condition holds, which must be known
+  (eagerly, or from static values under jit).
+
+Everything is built from the namespace's ops, so gradients flow through all
+of them (``while_loop`` included, unlike JAX's, where it runs eagerly).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+from .. import tree as _tree
+from .._errors import BatchingError, ShapeError, StructureError, TracingError
+from ..autodiff import Tensor
+
+__all__ = ["cond", "fori_loop", "while_loop", "scan"]
+
+NOT_SCALAR = "ember.lax.{op}: the {what} must be a scalar (shape ()), got shape {shape}"
+BRANCHES_DIFFER = (
+    "ember.lax.cond: with a traced or batched predicate both branches run and their results are "
+    "combined with where(), so they must have one structure, shapes and dtypes; {detail}"
+)
+LOOP_TRACED = (
+    "ember.lax.{op}: the {what} depends on traced values ({why}), so the number of iterations "
+    "is not known while tracing. Make it static (jit's static_argnums, or a Python number), "
+    "use fori_loop / scan with bounds known while tracing, or run the loop outside jit/vmap"
+)
+
+
+def _known(pred: Any, op: str, what: str) -> bool | None:
+    """``bool(pred)`` where Python may branch on it; None where it is traced (jit) or batched
+    (vmap). A traced Python number is known: jit guards on its value."""
+    shape = getattr(pred, "shape", ())
+    if shape is not None and tuple(shape) != ():
+        raise ShapeError(NOT_SCALAR.format(op=op, what=what, shape=tuple(shape)))
+    try:
+        return bool(pred)
+    except (TracingError, BatchingError):
+        return None
+
+
+def _unknown(op: str, what: str, e: Exception) -> TracingError:
+    why = "a Tensor jit traces" if isinstance(e, TracingError) else "a Tensor vmap batches"
+    return TracingError(LOOP_TRACED.format(op=op, what=what, why=why))
+
+
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
+    """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``.
+
+    Where ``pred`` is known (eagerly, under ``grad``, a static value under jit)
+    only the chosen branch runs. Where it is a traced (``jit``) or batched
+    (``vmap``) scalar, both run and each result leaf is ``where(pred, t, f)``:
+    the branches must then return the same structure, shapes and dtypes, and
+    the gradient flows into the chosen one only.
+
+    >>> import ember, ember.autodiff.numpy as xp
+    >>> f = ember.jit(lambda x: ember.lax.cond(x > 0, xp.sin, xp.cos, x))
+    >>> float(f(xp.asarray(0.0)))
+    1.0
+    """
+    known = _known(pred, "cond", "predicate")
+    if known is not None:
+        return true_fun(*operands) if known else false_fun(*operands)
+    xp = pred.__array_namespace__()
+    t, f = true_fun(*operands), false_fun(*operands)
+    lt, dt = _tree.flatten(t)
+    lf, df = _tree.flatten(f)
+    if dt != df:
+        raise StructureError(BRANCHES_DIFFER.format(detail=f"true_fun gave {dt}, false_fun {df}"))
+    out = []
+    for path, a, b in zip(_tree.paths(t), lt, lf):
+        a = a if hasattr(a, "shape") else xp.asarray(a)  # (Python numbers)
+        b = b if hasattr(b, "shape") else xp.asarray(b)
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+            where = f"at {path}: " if str(path) else ""
+            raise StructureError(BRANCHES_DIFFER.format(
+                detail=f"{where}{a.dtype}{list(a.shape)} against {b.dtype}{list(b.shape)}"))
+        out.append(xp.where(pred, a, b))
+    return _tree.unflatten(dt, out)
+
+
+def _static_int(v: Any, op: str, what: str) -> int:
+    try:
+        return operator.index(v) if not isinstance(v, Tensor) else int(v)
+    except (TracingError, BatchingError) as e:
+        raise _unknown(op, what, e) from e
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
+    """``body_fun(i, val)`` for ``i`` in ``range(lower, upper)``, starting from ``init_val``.
+
+    The bounds must be known while tracing (Python ints, static arguments, or
+    numbers jit traces: it guards on them); under jit the loop is unrolled.
+    """
+    val = init_val
+    for i in range(_static_int(lower, "fori_loop", "lower bound"),
+                   _static_int(upper, "fori_loop", "upper bound")):
+        val = body_fun(i, val)
+    return val
+
+
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
+    """``val = body_fun(val)`` while ``cond_fun(val)``, starting from ``init_val``.
+
+    The condition must be known at each step: eagerly (a concrete Tensor is
+    read), or under jit from static values. A condition on traced or batched
+    values raises :class:`ember.TracingError` naming the fix. Gradients flow
+    through the iterations run.
+    """
+    val = init_val
+    while True:
+        c = cond_fun(val)
+        shape = getattr(c, "shape", ())
+        if shape is not None and tuple(shape) != ():
+            raise ShapeError(NOT_SCALAR.format(op="while_loop", what="condition", shape=tuple(shape)))
+        try:
+            if not c:
+                return val
+        except (TracingError, BatchingError) as e:
+            raise _unknown("while_loop", "condition", e) from e
+        val = body_fun(val)
+
+
+def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
+         reverse: bool = False) -> tuple[Any, Any]:
+    """Loop ``carry, y = f(carry, x)`` over the leading axis of ``xs``; returns the last carry
+    and the ``y`` stacked along a new leading axis (``jax.lax.scan``).
+
+    ``xs`` is a structure of arrays sharing their leading size (or None, with
+    ``length`` giving the count); ``reverse`` runs from the end (the ``y`` stay
+    in ``xs``' order). Under jit the loop is unrolled.
+    """
+    leaves, xdef = _tree.flatten(xs)
+    sizes = {int(a.shape[0]) for a in leaves}
+    if length is not None:
+        sizes.add(int(length))
+    if len(sizes) != 1:
+        raise ShapeError(
+            f"ember.lax.scan: the leading sizes of xs ({sorted(sizes)}"
+            + (f", length={length}" if length is not None else "")
+            + ") must be one number" + ("; give length= when xs is None" if not leaves else ""))
+    n = sizes.pop()
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    carry, ys = init, [None] * n
+    for i in order:
+        x = _tree.unflatten(xdef, [a[i, ...] for a in leaves])
+        carry, ys[i] = f(carry, x)
+    if n == 0:
+        return carry, None
+    first, ydef = _tree.flatten(ys[0])
+    columns: list = [[] for _ in first]
+    for i, y in enumerate(ys):
+        leaves_i, d = _tree.flatten(y)
+        if d != ydef:
+            raise StructureError(f"ember.lax.scan: f returned y of structure {d} at step {i}, "
+                                 f"{ydef} at step 0; every step must return one structure")
+        for col, leaf in zip(columns, leaves_i):
+            col.append(leaf)
+    known = [a for a in (*leaves, *_tree.leaves(init)) if hasattr(a, "__array_namespace__")]
+    stacked = []
+    for col in columns:
+        arrays = [c for c in col if hasattr(c, "__array_namespace__")] or known
+        if not arrays:
+            raise TypeError("ember.lax.scan: f returns Python numbers and no array of xs, init "
+                            "or y gives a namespace to stack them in; return arrays")
+        xp = arrays[0].__array_namespace__()
+        stacked.append(xp.stack([c if hasattr(c, "shape") else xp.asarray(c) for c in col], axis=0))
+    return carry, _tree.unflatten(ydef, stacked)

@@ -1,0 +1,151 @@
+"""ember.lax: cond, fori_loop, while_loop and scan eagerly and under grad, jit and vmap.
+
+Gradients are checked against central finite differences (float64, hypothesis
+shapes including 0-d and empty arrays); jitted and batched results against
+the eager ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ember
+from _gradcheck import BACKENDS, arrays, check_vjp, fd_check, namespace, shapes, to_backend, to_numpy
+
+lax = ember.lax
+SETTINGS = dict(deadline=None, max_examples=20, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(params=BACKENDS)
+def xp(request):
+    return namespace(request.param)
+
+
+def same(a, b):
+    la, lb = ember.tree.leaves(a), ember.tree.leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        np.testing.assert_array_equal(to_numpy(x), to_numpy(y))
+
+
+# ---------------------------------------------------------------------- cond
+def test_cond_runs_only_the_chosen_branch_where_the_predicate_is_known(xp):
+    def boom(x):
+        raise AssertionError("the other branch ran")
+
+    x = xp.asarray([1.0, 2.0])
+    same(lax.cond(True, lambda a: a * 2.0, boom, x), x * 2.0)
+    same(lax.cond(xp.asarray(False), boom, lambda a: a - 1.0, x), x - 1.0)
+    g = ember.grad(lambda a: xp.sum(lax.cond(xp.sum(a) > 0, xp.sin, boom, a)))(x)
+    same(g, xp.cos(x))
+
+
+@settings(**SETTINGS)
+@given(data=st.data(), shape=shapes())
+def test_cond_under_jit_equals_eager_and_its_gradient_finite_differences(xp, data, shape):
+    # a traced predicate: both branches run and where() picks; the untaken branch's NaN
+    # (sqrt of a negative) reaches neither the value nor the gradient
+    def f(x, s):
+        return lax.cond(s > 0, lambda a: xp.sqrt(a * a + 1.0) * s, lambda a: xp.sqrt(-a - 10.0) + s, x)
+
+    x = to_backend(xp, data.draw(arrays(shape)))
+    jf = ember.jit(f)
+    loss = lambda a, s: xp.sum(f(a, s))  # noqa: E731
+    jg = ember.jit(ember.grad(loss, argnums=(0, 1)))
+    for s in (1.5, -0.5):
+        s = xp.asarray(s)
+        with np.errstate(invalid="ignore"):
+            same(jf(x, s), f(x, s))
+            g = jg(x, s)
+            if float(s) > 0:  # (the other branch's NaN stays out of the gradient)
+                assert all(np.all(np.isfinite(to_numpy(v))) for v in g)
+                np.testing.assert_allclose(to_numpy(g[0]), to_numpy(ember.grad(loss)(x, s)), rtol=1e-12)
+    assert jf.trace_count == 1 and jg.trace_count == 1
+    check_vjp(xp, lambda a: f(a, xp.asarray(1.5)), (to_numpy(x),))
+
+
+def test_cond_under_vmap_picks_per_example(xp):
+    xs = xp.asarray([-1.0, 0.5, 2.0])
+    got = ember.vmap(lambda x: lax.cond(x > 0, xp.sin, xp.cos, x))(xs)
+    want = [float(xp.sin(x)) if float(x) > 0 else float(xp.cos(x)) for x in xs]
+    np.testing.assert_allclose(to_numpy(got), want, rtol=0, atol=0)
+    per = ember.vmap(ember.grad(lambda x: lax.cond(x > 0, xp.sin, xp.cos, x)))(xs)
+    np.testing.assert_allclose(to_numpy(per), [np.sin(1.0), np.cos(0.5), np.cos(2.0)], rtol=1e-15)
+
+
+def test_cond_branches_must_agree_where_both_run(xp):
+    f = ember.jit(lambda x: lax.cond(x[0] > 0, lambda a: a, lambda a: a[:1], x))
+    with pytest.raises(ember.StructureError, match=r"cond.*float64\[2\] against \S*float64\[1\]"):
+        f(xp.asarray([1.0, 2.0]))
+    g = ember.jit(lambda x: lax.cond(x[0] > 0, lambda a: (a, a), lambda a: a, x))
+    with pytest.raises(ember.StructureError, match="true_fun gave"):
+        g(xp.asarray([1.0, 2.0]))
+    with pytest.raises(ember.ShapeError, match="predicate must be a scalar"):
+        lax.cond(xp.asarray([True, False]), lambda a: a, lambda a: a, 1.0)
+
+
+# ---------------------------------------------------------------------- loops
+def test_fori_loop_eagerly_under_jit_and_grad(xp):
+    def f(x, n):
+        return lax.fori_loop(1, n, lambda i, v: v * xp.sin(v) + i, x)
+
+    x = xp.asarray([0.3, -0.7])
+    want = to_numpy(x)
+    for i in range(1, 4):
+        want = want * np.sin(want) + i
+    same(f(x, 4), to_backend(xp, want))
+    same(ember.jit(f, static_argnums=1)(x, 4), f(x, 4))
+    check_vjp(xp, lambda a: f(a, 4), (to_numpy(x),))
+    with pytest.raises(ember.TracingError, match="fori_loop: the upper bound depends on traced"):
+        ember.jit(f)(x, xp.asarray(4))
+
+
+def test_while_loop_is_differentiable_eagerly_and_refuses_a_traced_condition(xp):
+    def f(x):
+        return lax.while_loop(lambda v: xp.sum(v * v) < 50.0, lambda v: v * 1.5 + 0.1, x)
+
+    x = xp.asarray([0.5, -1.0, 2.0])
+    v = to_numpy(x)
+    while np.sum(v * v) < 50.0:
+        v = v * 1.5 + 0.1
+    np.testing.assert_allclose(to_numpy(f(x)), v, rtol=1e-15)
+    check_vjp(xp, f, (to_numpy(x),))
+    with pytest.raises(ember.TracingError, match="while_loop: the condition depends on .*jit traces"):
+        ember.jit(f)(x)
+    with pytest.raises(ember.TracingError, match="vmap batches"):
+        ember.vmap(f)(xp.reshape(x, (3, 1)))
+
+
+@settings(**SETTINGS)
+@given(data=st.data(), n=st.integers(0, 4), rest=shapes(max_dims=2), reverse=st.booleans())
+def test_scan_equals_a_python_loop_under_jit_and_vmap_and_its_gradient_fd(xp, data, n, rest, reverse):
+    def step(c, x):
+        c = c * 0.5 + xp.sin(x)
+        return c, {"y": c * x, "z": xp.sum(c)}
+
+    xs = to_backend(xp, data.draw(arrays((n, *rest))))
+    c0 = to_backend(xp, data.draw(arrays(rest)))
+    carry, ys = lax.scan(step, c0, xs, reverse=reverse)
+    c, rows = c0, [None] * n
+    for i in (reversed(range(n)) if reverse else range(n)):
+        c, rows[i] = step(c, xs[i, ...])
+    same(carry, c)
+    if n:
+        same(ys, {k: xp.stack([r[k] for r in rows]) for k in ("y", "z")})
+        same(ember.jit(lambda c0, xs: lax.scan(step, c0, xs, reverse=reverse))(c0, xs), (carry, ys))
+        fd_check(xp, lambda a, b: tuple(ember.tree.leaves(lax.scan(step, a, b, reverse=reverse))),
+                  (to_numpy(c0), to_numpy(xs)))
+    else:
+        assert ys is None
+    batched = ember.vmap(lambda c0: lax.scan(step, c0, xs)[0])(xp.stack([c0, c0 * 2.0]))
+    same(batched[1, ...], lax.scan(step, c0 * 2.0, xs)[0])
+
+
+def test_scan_sizes_and_length(xp):
+    carry, ys = lax.scan(lambda c, _: (c + 1.0, c), xp.asarray(0.0), None, length=3)
+    same(ys, xp.asarray([0.0, 1.0, 2.0]))
+    with pytest.raises(ember.ShapeError, match=r"leading sizes of xs \(\[2, 3\]\)"):
+        lax.scan(lambda c, x: (c, x), 0.0, (xp.zeros((2,)), xp.zeros((3,))))
