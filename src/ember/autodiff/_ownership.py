@@ -165,10 +165,14 @@ class _Grave:
     def __init__(self, where, marker):
         self.where = where
         self.op = None
-        self.marker = weakref.ref(marker)
+        self.marker = weakref.ref(marker) if marker is not None else _no_marker
         # the handle the consuming op got: its value stays the storage of x's other aliases
         # (shares, views) unless that op wrote into it (run_owned then empties the handle)
         self.left = None
+
+
+def _no_marker():  # (a grave of donate(): no marker was made)
+    return None
 
 
 def _grave(t):
@@ -354,6 +358,25 @@ def _consume(x, strict, where):
     x._node = None
     x.__class__ = Dead
     return m
+
+
+def donate(x, op, where):
+    """``as_operand(consume(x), op)`` in one step, for a call that consumes many arguments
+    (``jit``'s donated ones): ``x`` (a live, plain Tensor) is dead from here, consumed at
+    ``where`` and handed to ``op``; returns the Tensor holding its value, which stays the
+    storage of x's other aliases unless ``op`` writes into it (then it empties that handle)."""
+    d = x.__class__._ns._dispatch
+    v, node = x._value, x._node
+    while node is not None and not node.trace.active:  # leaked from a finished transform
+        v, node = v._value, v._node
+    t = d.make(v, node)
+    g = _Grave(where, None)
+    g.op = op
+    g.left = t
+    x._value = g
+    x._node = None
+    x.__class__ = Dead
+    return t
 
 
 def share(x):

@@ -31,7 +31,7 @@ from .. import tree as _tree
 from .._compute import persist
 from .._errors import RetraceWarning
 from ..autodiff import Tensor, TracedNumber, namespace
-from ..autodiff._ownership import Dead, Owned, as_operand, check_alive, consume, reuse_reason
+from ..autodiff._ownership import Dead, Owned, _where, as_operand, check_alive, donate, reuse_reason
 from ..autodiff._staging import Ref, StagingTrace
 from ..autodiff._trace import active_traces
 from ._jit_passes import run_passes
@@ -336,6 +336,7 @@ class Jitted:
         and the traced numbers."""
         vals = []
         spent = []  # graph inputs of the donated leaves
+        where = None
         op = f"jit({self._name})"
         for j in c.in_idx:
             x = leaves[j]
@@ -347,7 +348,9 @@ class Jitted:
                 if cl is Dead:
                     check_alive(x, op)
                 if j in c.donated:
-                    t = as_operand(consume(x, _depth=3), op)
+                    if where is None:  # (the caller's line, once per call)
+                        where = _where(2)
+                    t = donate(x, op, where)
                     v = t._value
                     if j in c.written:
                         spent.append((len(vals), t))

@@ -133,7 +133,7 @@ def _children(xs: Any, out: list[Any], is_leaf: Callable[[Any], bool] | None) ->
     nodes = None  # while every child is a leaf: the shared tuple of leaf nodes (see _leaves)
     get = _DISPATCH.get
     for i, c in enumerate(xs):
-        if is_leaf is None and get(c.__class__) is LEAF:  # an array: the usual child
+        if get(c.__class__) is LEAF:  # an array: the usual child (a leaf whatever is_leaf says)
             out.append(c)
             if nodes is not None:
                 nodes.append(_LEAF)
