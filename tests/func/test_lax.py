@@ -149,3 +149,16 @@ def test_scan_sizes_and_length(xp):
     same(ys, xp.asarray([0.0, 1.0, 2.0]))
     with pytest.raises(ember.ShapeError, match=r"leading sizes of xs \(\[2, 3\]\)"):
         lax.scan(lambda c, x: (c, x), 0.0, (xp.zeros((2,)), xp.zeros((3,))))
+
+
+def test_switch_clamps_its_index_and_picks_per_example_under_vmap_and_jit(xp):
+    branches = [lambda a: a + 1.0, lambda a: a * 10.0, lambda a: -a]
+    x = xp.asarray([0.5, -2.0])
+    for i, want in ((-3, x + 1.0), (0, x + 1.0), (1, x * 10.0), (2, -x), (7, -x)):
+        same(lax.switch(i, branches, x), want)
+        same(ember.jit(lambda i, x: lax.switch(i, branches, x))(xp.asarray(i), x), want)
+    idx = xp.asarray([2, 0, 1, 5, -1])
+    got = ember.vmap(lambda i: lax.switch(i, branches, xp.asarray(3.0)))(idx)
+    np.testing.assert_array_equal(to_numpy(got), [-3.0, 4.0, 30.0, -3.0, 4.0])
+    g = ember.jit(ember.grad(lambda x, i: xp.sum(lax.switch(i, branches, x) ** 2)))
+    same(g(x, xp.asarray(1)), 200.0 * x)

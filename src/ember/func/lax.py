@@ -5,8 +5,8 @@ traced Tensor) and ``ember.vmap`` (one value per example) there is none, and
 ``bool(x)`` raises. These functions take the branch or loop as functions, as
 ``jax.lax`` does:
 
-- :func:`cond` runs one branch where the predicate is known, and both
-  (combined with ``where``) where it is traced or batched;
+- :func:`cond` (and :func:`switch`) runs one branch where the predicate is
+  known, and all (combined with ``where``) where it is traced or batched;
 - :func:`fori_loop` and :func:`scan` loop a number of times known while
   tracing (jit unrolls them);
 - :func:`while_loop` loops while a condition holds, which must be known
@@ -19,13 +19,13 @@ of them (``while_loop`` included, unlike JAX's, where it runs eagerly).
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .. import tree as _tree
 from .._errors import BatchingError, ShapeError, StructureError, TracingError
 from ..autodiff import Tensor
 
-__all__ = ["cond", "fori_loop", "while_loop", "scan"]
+__all__ = ["cond", "switch", "fori_loop", "while_loop", "scan"]
 
 NOT_SCALAR = "ember.lax.{op}: the {what} must be a scalar (shape ()), got shape {shape}"
 BRANCHES_DIFFER = (
@@ -89,6 +89,32 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
                 detail=f"{where}{a.dtype}{list(a.shape)} against {b.dtype}{list(b.shape)}"))
         out.append(xp.where(pred, a, b))
     return _tree.unflatten(dt, out)
+
+
+def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
+    """``branches[index](*operands)``, the index clamped into range (``jax.lax.switch``).
+
+    A known index runs one branch; a traced or batched one runs them all and
+    picks with ``where`` (the branches must then agree as for :func:`cond`).
+    """
+    branches = list(branches)
+    if not branches:
+        raise ValueError("ember.lax.switch: give at least one branch")
+    shape = getattr(index, "shape", ())
+    if shape is not None and tuple(shape) != ():
+        raise ShapeError(NOT_SCALAR.format(op="switch", what="index", shape=tuple(shape)))
+    try:
+        i = operator.index(index) if not isinstance(index, Tensor) else int(index)
+    except (TracingError, BatchingError):
+        i = None
+    if i is not None:
+        return branches[min(max(i, 0), len(branches) - 1)](*operands)
+    if len(branches) == 1:
+        return branches[0](*operands)
+    out = branches[-1](*operands)
+    for k in range(len(branches) - 2, -1, -1):  # (index <= k picks branch k: clamped below)
+        out = cond(index <= k, lambda *a, k=k: branches[k](*a), lambda *a, o=out: o, *operands)
+    return out
 
 
 def _static_int(v: Any, op: str, what: str) -> int:
