@@ -103,7 +103,7 @@ def test_fori_loop_eagerly_under_jit_and_grad(xp):
         ember.jit(f)(x, xp.asarray(4))
 
 
-def test_while_loop_is_differentiable_eagerly_and_refuses_a_traced_condition(xp):
+def test_while_loop_is_differentiable_eagerly_batches_and_refuses_a_traced_condition(xp):
     def f(x):
         return lax.while_loop(lambda v: xp.sum(v * v) < 50.0, lambda v: v * 1.5 + 0.1, x)
 
@@ -115,8 +115,18 @@ def test_while_loop_is_differentiable_eagerly_and_refuses_a_traced_condition(xp)
     check_vjp(xp, f, (to_numpy(x),))
     with pytest.raises(ember.TracingError, match="while_loop: the condition depends on .*jit traces"):
         ember.jit(f)(x)
-    with pytest.raises(ember.TracingError, match="vmap batches"):
-        ember.vmap(f)(xp.reshape(x, (3, 1)))
+    # under vmap: each example loops until its own condition fails
+    got = ember.vmap(f)(xp.reshape(x, (3, 1)))
+    for i in range(3):
+        v = to_numpy(x)[i:i + 1]
+        while np.sum(v * v) < 50.0:
+            v = v * 1.5 + 0.1
+        np.testing.assert_allclose(to_numpy(got)[i], v, rtol=1e-15)
+    per = ember.vmap(ember.grad(lambda a: xp.sum(f(a))))(xp.reshape(x, (3, 1)))
+    for i in range(3):
+        same(per[i, ...], ember.grad(lambda a: xp.sum(f(a)))(x[i:i + 1]))
+    nested = ember.vmap(ember.vmap(f))(xp.reshape(x, (3, 1, 1)))
+    same(xp.reshape(nested, (3, 1)), got)
 
 
 @settings(**SETTINGS)

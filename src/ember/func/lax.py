@@ -10,7 +10,7 @@ traced Tensor) and ``ember.vmap`` (one value per example) there is none, and
 - :func:`fori_loop` and :func:`scan` loop a number of times known while
   tracing (jit unrolls them);
 - :func:`while_loop` loops while a condition holds, which must be known
-  (eagerly, or from static values under jit).
+  (eagerly, or from static values under jit) or batched (vmap).
 
 Everything is built from the namespace's ops, so gradients flow through all
 of them (``while_loop`` included, unlike JAX's, where it runs eagerly).
@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 from .. import tree as _tree
 from .._errors import BatchingError, ShapeError, StructureError, TracingError
 from ..autodiff import Tensor
+from ..autodiff._batching import is_batched
 
 __all__ = ["cond", "switch", "fori_loop", "while_loop", "scan"]
 
@@ -141,9 +142,11 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     """``val = body_fun(val)`` while ``cond_fun(val)``, starting from ``init_val``.
 
     The condition must be known at each step: eagerly (a concrete Tensor is
-    read), or under jit from static values. A condition on traced or batched
-    values raises :class:`ember.TracingError` naming the fix. Gradients flow
-    through the iterations run.
+    read), or under jit from static values; a condition on traced values
+    raises :class:`ember.TracingError` naming the fix. Under vmap the loop runs
+    while any example's condition holds, and an example whose condition fails
+    keeps its value (as ``jax.lax.while_loop``). Gradients flow through the
+    iterations run.
     """
     val = init_val
     while True:
@@ -152,11 +155,37 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         if shape is not None and tuple(shape) != ():
             raise ShapeError(NOT_SCALAR.format(op="while_loop", what="condition", shape=tuple(shape)))
         try:
-            if not c:
-                return val
+            go = bool(c)
         except (TracingError, BatchingError) as e:
-            raise _unknown("while_loop", "condition", e) from e
+            if not is_batched(c):
+                raise _unknown("while_loop", "condition", e) from e
+            # under vmap: loop while any example's condition holds; the others keep their value
+            if not _any_example(c):
+                return val
+            xp = c.__array_namespace__()
+            new = body_fun(val)
+            leaves, vdef = _tree.flatten(val)
+            nleaves, ndef = _tree.flatten(new)
+            if ndef != vdef:
+                raise StructureError(f"ember.lax.while_loop: body_fun returned {ndef}, the loop value is "
+                                     f"{vdef}; it must keep the value's structure") from None
+            val = _tree.unflatten(vdef, [xp.where(c, n, o) for n, o in zip(nleaves, leaves)])
+            continue
+        if not go:
+            return val
         val = body_fun(val)
+
+
+def _any_example(c: Any) -> bool:
+    """Whether batched condition ``c`` holds for some example (of every enclosing vmap)."""
+    low = c._value  # (the batch axis in front, one level down)
+    a = low.__array_namespace__().any(low)
+    try:
+        return bool(a)
+    except BatchingError:  # (a vmap around this one: its examples too)
+        return _any_example(a)
+    except TracingError as e:
+        raise _unknown("while_loop", "condition", e) from e
 
 
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
