@@ -33,6 +33,7 @@ from ._trace import LeafNode, Trace
 __all__ = ["Ref", "Op", "Graph", "StagingTrace"]
 
 _SCALARS = (bool, int, float, complex, str, type(None))
+_NUMBERS = (bool, int, float, complex)
 
 
 class Ref:
@@ -120,6 +121,7 @@ class StagingTrace(Trace):
         self.graph = Graph()
         self.ids: dict = {}  # id(backend array) -> slot (the arrays stay alive in graph.values)
         self.saver = self._saver
+        self.outer = None  # while staging a sub-graph: (the enclosing graph, its ids, captured)
 
     # ---------------------------------------------------------------- values
     def add_input(self, v, d, mod) -> Tensor:
@@ -157,6 +159,8 @@ class StagingTrace(Trace):
     def number_array(self, n: TracedNumber, like: Tensor) -> Tensor:
         """Traced number ``n`` as a staged 0-d array of ``like``'s namespace, with the dtype
         the array API gives a Python scalar meeting ``like`` (``like``'s, in one kind)."""
+        if self.outer is not None:
+            raise NotImplementedError("traced Python numbers in a staged loop")
         d = type(like)._ns._dispatch
         xp = d.xp
         dt = like.dtype
@@ -198,7 +202,62 @@ class StagingTrace(Trace):
         slot = self.ids.get(id(a))
         if slot is not None and self.graph.values[slot] is a:
             return Ref(slot)
+        if self.outer is not None:  # a value of the enclosing graph: an input of this one
+            og, oids, captured = self.outer
+            o = oids.get(id(a))
+            if o is not None and og.values[o] is a:
+                slot = self.graph.new_slot(a, og.disp[o])
+                self.graph.inputs.append(slot)
+                self.ids[id(a)] = slot
+                captured.append(o)
+                return Ref(slot)
         return a
+
+    def stage_call(self, name, fn, args, captured) -> list:
+        """Record ``fn(*args' values, *captured values)`` (``args``: staged Tensors,
+        ``captured``: slots of this graph) as one op with one output per arg, run it on this
+        trace's values, and return its results as staged Tensors."""
+        refs = tuple([self.lift(a) for a in args] + [Ref(s) for s in captured])
+        out = fn(*[_raw(a) for a in args], *[self.graph.values[s] for s in captured])
+        slots, res = [], []
+        for a, v in zip(args, out):
+            d = type(a)._ns._dispatch
+            if v.__class__ is not d.A:
+                v = d.coerce(v)
+            slots.append(self._out(v, d))
+            res.append(d.make(d.make(v, None), LeafNode(self, d.module)))
+        self.graph.ops.append(Op(name, fn, refs, {}, tuple(slots), multi=True))
+        return res
+
+    def subgraph(self, fn, args) -> tuple:
+        """Stage ``fn(*args)`` (staged Tensors of this trace) as a graph of its own:
+        ``(graph, result)``; the graph's inputs are ``args``' values, then the values of
+        the enclosing graph ``fn`` reads (``graph.captured``: their slots there), its
+        outputs the leaves of the result (arrays, and Python numbers as constants)."""
+        if self.outer is not None:
+            raise NotImplementedError("a staged loop inside another one")
+        from .. import tree as _tree
+
+        outer = (self.graph, self.ids, [])
+        self.graph, self.ids, self.outer = Graph(), {}, outer
+        try:
+            inner = []
+            for a in args:
+                v = a
+                while isinstance(v, Tensor):
+                    v = v._value
+                d = type(a)._ns._dispatch
+                inner.append(self.add_input(v, d, d.module))
+            res = fn(*inner)
+            leaves = _tree.leaves(res, is_leaf=lambda v: v.__class__ in _NUMBERS)
+            g = self.graph
+            if g.host or g.guards:
+                raise NotImplementedError("traced Python numbers in a staged loop")
+            g.outputs = [self.lift(x) for x in leaves]
+            g.captured = outer[2]
+            return g, res
+        finally:
+            self.graph, self.ids, self.outer = outer[0], outer[1], None
 
     # ---------------------------------------------------------------- hooks
     def _saver(self, node, impl) -> None:

@@ -9,11 +9,11 @@ traced Tensor) and ``ember.vmap`` (one value per example) there is none, and
   known, and all (combined with ``where``) where it is traced or batched;
 - :func:`fori_loop` and :func:`scan` loop a number of times known while
   tracing (jit unrolls them);
-- :func:`while_loop` loops while a condition holds, which must be known
-  (eagerly, or from static values under jit) or batched (vmap).
+- :func:`while_loop` loops while a condition holds; under jit a condition
+  on traced values makes the loop one op of the graph.
 
-Everything is built from the namespace's ops, so gradients flow through all
-of them (``while_loop`` included, unlike JAX's, where it runs eagerly).
+Everything else is built from the namespace's ops, so gradients flow through
+all of them (``while_loop`` too where it runs eagerly, unlike JAX's).
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from .. import tree as _tree
 from .._errors import BatchingError, ShapeError, StructureError, TracingError
 from ..autodiff import Tensor
 from ..autodiff._batching import is_batched
+from ..autodiff._trace import active_traces
+from ._jit_passes import run_passes
+from ._jit_replay import compile_graph
 
 __all__ = ["cond", "switch", "fori_loop", "while_loop", "scan"]
 
@@ -37,6 +40,16 @@ LOOP_TRACED = (
     "ember.lax.{op}: the {what} depends on traced values ({why}), so the number of iterations "
     "is not known while tracing. Make it static (jit's static_argnums, or a Python number), "
     "use fori_loop / scan with bounds known while tracing, or run the loop outside jit/vmap"
+)
+
+WHILE_DIFFERENTIATED = (
+    "ember.lax.while_loop: a loop whose condition jit traces runs as one op of the graph, which "
+    "carries no gradient (as in JAX). Differentiate a loop of known length (fori_loop or scan "
+    "with static bounds), or make the condition static"
+)
+WHILE_UNSUPPORTED = (
+    "ember.lax.while_loop: a loop whose condition jit traces cannot hold {what} yet; make the "
+    "condition static, or use fori_loop / scan with bounds known while tracing"
 )
 
 
@@ -141,12 +154,13 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     """``val = body_fun(val)`` while ``cond_fun(val)``, starting from ``init_val``.
 
-    The condition must be known at each step: eagerly (a concrete Tensor is
-    read), or under jit from static values; a condition on traced values
-    raises :class:`ember.TracingError` naming the fix. Under vmap the loop runs
-    while any example's condition holds, and an example whose condition fails
-    keeps its value (as ``jax.lax.while_loop``). Gradients flow through the
-    iterations run.
+    Eagerly the loop runs in Python and gradients flow through the iterations
+    run. Under jit, a condition on traced values makes the condition and the
+    body graphs of their own, run by one op until the condition fails: the loop
+    value must keep its structure, shapes and dtypes, and carries no gradient
+    (as in JAX: differentiate ``fori_loop`` or ``scan``). Under vmap the loop
+    runs while any example's condition holds, and an example whose condition
+    failed keeps its value (as ``jax.lax.while_loop``).
     """
     val = init_val
     while True:
@@ -157,6 +171,8 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         try:
             go = bool(c)
         except (TracingError, BatchingError) as e:
+            if isinstance(e, TracingError) and not is_batched(c):
+                return _staged_while(cond_fun, body_fun, val, c, e)
             if not is_batched(c):
                 raise _unknown("while_loop", "condition", e) from e
             # under vmap: loop while any example's condition holds; the others keep their value
@@ -174,6 +190,60 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         if not go:
             return val
         val = body_fun(val)
+
+
+def _staged_while(cond_fun: Callable, body_fun: Callable, init: Any, c: Any, e: Exception) -> Any:
+    """``while_loop`` whose condition jit traces: the condition and the body become graphs of
+    their own, run by one op of the enclosing graph until the condition fails. The loop
+    value keeps its structure, shapes and dtypes; it carries no gradient (as in JAX)."""
+    trace = active_traces[0] if active_traces else None
+    if trace is None or not trace.stages:
+        raise _unknown("while_loop", "condition", e) from e
+    xp = c.__array_namespace__()
+    leaves, vdef = _tree.flatten(init, is_leaf=_is_number)  # (numbers become 0-d arrays)
+    leaves = [a if isinstance(a, Tensor) else xp.asarray(a) for a in leaves]
+    for a in leaves:
+        n = a._node
+        if n is not None and not n.trace.stages:
+            raise TracingError(WHILE_DIFFERENTIATED)
+    n_carry = len(leaves)
+
+    def rebuild(vals):
+        return _tree.unflatten(vdef, list(vals))
+
+    try:
+        cg, _ = trace.subgraph(lambda *a: cond_fun(rebuild(a)), leaves)
+        bg, res = trace.subgraph(lambda *a: body_fun(rebuild(a)), leaves)
+    except NotImplementedError as err:
+        raise TracingError(WHILE_UNSUPPORTED.format(what=err)) from None
+    out_leaves, out_def = _tree.flatten(res, is_leaf=_is_number)
+    if out_def != vdef:
+        raise StructureError(f"ember.lax.while_loop: body_fun returned {out_def}, the loop value "
+                             f"is {vdef}; it must keep the value's structure")
+    for i, (a, o) in enumerate(zip(leaves, out_leaves)):
+        o = o if hasattr(o, "shape") else xp.asarray(o)
+        if tuple(a.shape) != tuple(o.shape) or a.dtype != o.dtype:
+            raise StructureError(f"ember.lax.while_loop: leaf {i} of the loop value is {a.dtype}"
+                                 f"{list(a.shape)} but body_fun returned {o.dtype}{list(o.shape)}; "
+                                 "a loop value keeps its shapes and dtypes")
+    run_passes(cg, set())
+    run_passes(bg, set())
+    cfn, _, _ = compile_graph(cg, "while_loop.cond")
+    bfn, _, _ = compile_graph(bg, "while_loop.body")
+    nc = len(cg.captured)
+
+    def loop(*vals):
+        carry = vals[:n_carry]
+        cap_c, cap_b = vals[n_carry:n_carry + nc], vals[n_carry + nc:]
+        while bool(cfn(*carry, *cap_c)[0]):
+            carry = bfn(*carry, *cap_b)
+        return list(carry)
+
+    return _tree.unflatten(vdef, trace.stage_call("while_loop", loop, leaves, cg.captured + bg.captured))
+
+
+def _is_number(v: Any) -> bool:
+    return v.__class__ in (bool, int, float, complex)
 
 
 def _any_example(c: Any) -> bool:
