@@ -99,8 +99,21 @@ def test_fori_loop_eagerly_under_jit_and_grad(xp):
     same(f(x, 4), to_backend(xp, want))
     same(ember.jit(f, static_argnums=1)(x, 4), f(x, 4))
     check_vjp(xp, lambda a: f(a, 4), (to_numpy(x),))
-    with pytest.raises(ember.TracingError, match="fori_loop: the upper bound depends on traced"):
-        ember.jit(f)(x, xp.asarray(4))
+    # bounds jit traces: one staged loop for every bound; bounds vmap batches: per example
+    # (the index is then an integer array: the body casts it, as with JAX)
+    def h(x, n):
+        def body(i, v):
+            return v * xp.sin(v) + (xp.astype(i, v.dtype) if hasattr(i, "dtype") else i)
+
+        return lax.fori_loop(1, n, body, x)
+
+    jh = ember.jit(h)
+    for n in (4, 1, 6):
+        same(jh(x, xp.asarray(n)), f(x, n))
+    assert jh.trace_count == 1
+    per = ember.vmap(lambda n: h(x, n))(xp.asarray([4, 1, 6]))
+    for i, n in enumerate((4, 1, 6)):
+        same(per[i, ...], f(x, n))
 
 
 def test_while_loop_is_differentiable_eagerly_and_batches(xp):

@@ -141,12 +141,18 @@ def _static_int(v: Any, op: str, what: str) -> int:
 def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
     """``body_fun(i, val)`` for ``i`` in ``range(lower, upper)``, starting from ``init_val``.
 
-    The bounds must be known while tracing (Python ints, static arguments, or
-    numbers jit traces: it guards on them); under jit the loop is unrolled.
+    Bounds known while tracing (Python ints, static arguments, numbers jit
+    traces: it guards on them) unroll the loop under jit, and gradients flow.
+    Bounds that jit traces or vmap batches make it a :func:`while_loop` over
+    ``(i, val)`` (under jit one op of the graph, without gradient, as in JAX).
     """
+    try:
+        lo, hi = _static_int(lower, "fori_loop", "lower bound"), _static_int(upper, "fori_loop", "upper bound")
+    except TracingError:  # traced (jit) or batched (vmap) bounds: a while_loop over (i, val)
+        return while_loop(lambda c: c[0] < upper, lambda c: (c[0] + 1, body_fun(c[0], c[1])),
+                          (lower, init_val))[1]
     val = init_val
-    for i in range(_static_int(lower, "fori_loop", "lower bound"),
-                   _static_int(upper, "fori_loop", "upper bound")):
+    for i in range(lo, hi):
         val = body_fun(i, val)
     return val
 
@@ -180,12 +186,13 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
                 return val
             xp = c.__array_namespace__()
             new = body_fun(val)
-            leaves, vdef = _tree.flatten(val)
-            nleaves, ndef = _tree.flatten(new)
+            leaves, vdef = _tree.flatten(val, is_leaf=_is_number)  # (numbers: 0-d arrays)
+            nleaves, ndef = _tree.flatten(new, is_leaf=_is_number)
             if ndef != vdef:
                 raise StructureError(f"ember.lax.while_loop: body_fun returned {ndef}, the loop value is "
                                      f"{vdef}; it must keep the value's structure") from None
-            val = _tree.unflatten(vdef, [xp.where(c, n, o) for n, o in zip(nleaves, leaves)])
+            arr = lambda a: xp.asarray(a) if _is_number(a) else a  # noqa: E731
+            val = _tree.unflatten(vdef, [xp.where(c, arr(n), arr(o)) for n, o in zip(nleaves, leaves)])
             continue
         if not go:
             return val
