@@ -117,10 +117,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     shape = getattr(index, "shape", ())
     if shape is not None and tuple(shape) != ():
         raise ShapeError(NOT_SCALAR.format(op="switch", what="index", shape=tuple(shape)))
-    try:
-        i = operator.index(index) if not isinstance(index, Tensor) else int(index)
-    except (TracingError, BatchingError):
-        i = None
+    i = _index(index)
     if i is not None:
         return branches[min(max(i, 0), len(branches) - 1)](*operands)
     if len(branches) == 1:
@@ -131,11 +128,12 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     return out
 
 
-def _static_int(v: Any, op: str, what: str) -> int:
+def _index(v: Any) -> int | None:
+    """``v`` as a Python int, or None where jit traces or vmap batches it."""
     try:
         return operator.index(v) if not isinstance(v, Tensor) else int(v)
-    except (TracingError, BatchingError) as e:
-        raise _unknown(op, what, e) from e
+    except (TracingError, BatchingError):
+        return None
 
 
 def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
@@ -146,9 +144,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
     Bounds that jit traces or vmap batches make it a :func:`while_loop` over
     ``(i, val)`` (under jit one op of the graph, without gradient, as in JAX).
     """
-    try:
-        lo, hi = _static_int(lower, "fori_loop", "lower bound"), _static_int(upper, "fori_loop", "upper bound")
-    except TracingError:  # traced (jit) or batched (vmap) bounds: a while_loop over (i, val)
+    lo, hi = _index(lower), _index(upper)
+    if lo is None or hi is None:  # traced (jit) or batched (vmap) bounds: a while_loop over (i, val)
         return while_loop(lambda c: c[0] < upper, lambda c: (c[0] + 1, body_fun(c[0], c[1])),
                           (lower, init_val))[1]
     val = init_val
