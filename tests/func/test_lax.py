@@ -208,3 +208,23 @@ def test_while_loop_with_a_condition_jit_traces_is_one_op_run_on_each_calls_valu
     bad = ember.jit(lambda x, n: lax.while_loop(lambda v: xp.sum(v) < n, lambda v: xp.concat([v, v]), x))
     with pytest.raises(ember.StructureError, match=r"leaf 0 .* keeps its shapes"):
         bad(xp.asarray([1.0]), xp.asarray(10.0))
+
+
+def test_lax_on_dask():
+    # the lazy backend: conditions and loop tests compute their scalar, the rest stays lazy
+    pytest.importorskip("dask")
+    dx = namespace("dask")
+    x = dx.asarray(np.array([0.5, -1.0, 2.0]))
+
+    def f(a, lim):
+        return lax.while_loop(lambda v: dx.sum(v * v) < lim, lambda v: v * 1.5 + 0.1, a)
+
+    want = np.array([0.5, -1.0, 2.0])
+    while np.sum(want * want) < 50.0:
+        want = want * 1.5 + 0.1
+    np.testing.assert_allclose(np.asarray(ember.compute(f(x, 50.0))), want, rtol=1e-15)
+    np.testing.assert_allclose(np.asarray(ember.compute(ember.jit(f)(x, dx.asarray(50.0)))), want, rtol=1e-15)
+    g = ember.jit(lambda a: lax.cond(dx.sum(a) > 0, dx.sin, dx.cos, a))
+    np.testing.assert_allclose(np.asarray(ember.compute(g(x))), np.sin([0.5, -1.0, 2.0]), rtol=1e-15)
+    _, ys = lax.scan(lambda c, a: (c + a, c * a), dx.asarray(0.0), x)
+    np.testing.assert_allclose(np.asarray(ember.compute(ys)), [0.0, -0.5, -1.0])
