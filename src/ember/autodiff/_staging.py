@@ -168,17 +168,21 @@ class StagingTrace(Trace):
             dt = xp.result_type(dt, n._v)
         except Exception:  # (a backend without scalars in result_type: like's dtype)
             pass
-        v = xp.asarray(n._v, dtype=dt)
-        if v.__class__ is not d.A:
-            v = d.coerce(v)
-        slot = self._out(v, d)
+        slot, t = self._result(xp.asarray(n._v, dtype=dt), d)
         self.graph.ops.append(Op("asarray", xp.asarray, (Ref(n._slot),), {"dtype": dt}, (slot,)))
-        return d.make(d.make(v, None), LeafNode(self, d.module))
+        return t
 
     def _out(self, v, d) -> Ref:
         slot = self.graph.new_slot(v, d)
         self.ids[id(v)] = slot
         return slot
+
+    def _result(self, v, d) -> tuple:
+        """Backend array ``v`` (an op's result; a backend scalar is made an array) as a new
+        slot and the staged Tensor over it: ``(slot, tensor)``."""
+        if v.__class__ is not d.A:
+            v = d.coerce(v)
+        return self._out(v, d), d.make(d.make(v, None), LeafNode(self, d.module))
 
     def lift(self, a):
         """``a`` as an op argument: Tensors and backend arrays staged here become Refs,
@@ -221,11 +225,9 @@ class StagingTrace(Trace):
         out = fn(*[_raw(a) for a in args], *[self.graph.values[s] for s in captured])
         slots, res = [], []
         for a, v in zip(args, out):
-            d = type(a)._ns._dispatch
-            if v.__class__ is not d.A:
-                v = d.coerce(v)
-            slots.append(self._out(v, d))
-            res.append(d.make(d.make(v, None), LeafNode(self, d.module)))
+            slot, t = self._result(v, type(a)._ns._dispatch)
+            slots.append(slot)
+            res.append(t)
         self.graph.ops.append(Op(name, fn, refs, {}, tuple(slots), multi=True))
         return res
 
@@ -243,11 +245,8 @@ class StagingTrace(Trace):
         try:
             inner = []
             for a in args:
-                v = a
-                while isinstance(v, Tensor):
-                    v = v._value
                 d = type(a)._ns._dispatch
-                inner.append(self.add_input(v, d, d.module))
+                inner.append(self.add_input(_raw(a), d, d.module))
             res = fn(*inner)
             leaves = _tree.leaves(res, is_leaf=lambda v: v.__class__ in _NUMBERS)
             g = self.graph
@@ -294,22 +293,18 @@ class StagingTrace(Trace):
             impl.kept.append(extra)
         if not refs and not pref:  # constants only: folded now, never recorded
             return d.wrap_out(out)
-        mod = d.module
         A = d.A
         if out.__class__ is A or _is_array(out):
-            if out.__class__ is not A:
-                out = d.coerce(out)
-            slot = self._out(out, d)
+            slot, t = self._result(out, d)
             self.graph.ops.append(Op(name, impl, args, lparams, (slot,), dynamic=bool(pref)))
-            return d.make(d.make(out, None), LeafNode(self, mod))
+            return t
         if isinstance(out, (tuple, list)):
             slots, items = [], []
             for o in out:
                 if o.__class__ is A or _is_array(o):
-                    if o.__class__ is not A:
-                        o = d.coerce(o)
-                    slots.append(self._out(o, d))
-                    items.append(d.make(d.make(o, None), LeafNode(self, mod)))
+                    slot, t = self._result(o, d)
+                    slots.append(slot)
+                    items.append(t)
                 else:
                     slots.append(None)
                     items.append(o)
@@ -318,7 +313,6 @@ class StagingTrace(Trace):
                 return type(out)(*items)
             return type(out)(items) if isinstance(out, list) else tuple(items)
         return out  # not an array (a Python value computed from shapes)
-
 
     def _stage_residuals(self, d, name, impl, args, lparams, dynamic, out, extra):
         """An op of a primitive with residuals (``defresiduals``) recorded under a tape: one op
@@ -335,12 +329,11 @@ class StagingTrace(Trace):
             return items
 
         def staged(v):
-            if v.__class__ is not d.A:
-                if not _is_array(v):
-                    raise TypeError(f"{name}: a residual must be an array, got {type(v).__name__}")
-                v = d.coerce(v)
-            slots.append(self._out(v, d))
-            return d.make(d.make(v, None), LeafNode(self, d.module))
+            if v.__class__ is not d.A and not _is_array(v):
+                raise TypeError(f"{name}: a residual must be an array, got {type(v).__name__}")
+            slot, t = self._result(v, d)
+            slots.append(slot)
+            return t
 
         slots: list = []
         res = staged(out)
