@@ -124,9 +124,14 @@ def _ties(ns, mine, other, g, larger):
     if staged_only(ns, mine, other, g):  # (jit: one op, deciding on each call's values)
         return ns._dispatch.call("_ties", run_time_kernel(ns._dispatch, "_ties", _ties_kernel),
                                  (mine, other, g), {"larger": larger})
+    return _split_ties(ns, mine, other, g, larger, products_exact(ns, g))
+
+
+def _split_ties(ns, mine, other, g, larger, exact):
+    """:func:`_ties`' cotangent, by the product where ``exact`` (g all finite) else ``where``."""
     win = (mine > other) if larger else (mine < other)
     tie = mine == other
-    if products_exact(ns, g):
+    if exact:
         dt = g.dtype
         w = ns.astype(win, dt)
         if bool(ns.any(tie)):
@@ -138,15 +143,7 @@ def _ties(ns, mine, other, g, larger):
 def _ties_kernel(R):
     """:func:`_ties` on backend arrays, as one function (the same steps, chosen per call)."""
     def k(mine, other, g, larger):
-        win = (mine > other) if larger else (mine < other)
-        tie = mine == other
-        if bool(R.all(R.isfinite(g))):
-            dt = g.dtype
-            w = R.astype(win, dt)
-            if bool(R.any(tie)):
-                w = w + R.astype(tie, dt) * 0.5
-            return g * w
-        return R.where(win, g, R.where(tie, g * 0.5, R.zeros_like(g)))
+        return _split_ties(R, mine, other, g, larger, bool(R.all(R.isfinite(g))))
 
     return k
 
