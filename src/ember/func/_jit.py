@@ -245,17 +245,22 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if active_traces:  # under a transform (grad(jit(f))), or inside another jit: inline f
             return self._f(*args, **kwargs)
-        leaves, treedef, skey = self._split(args, kwargs, _is_number)
-        parts, nums = self._parts(leaves)
-        base = (treedef, skey, parts)
+        leaves, treedef, base, nums = self._signature(args, kwargs)
         c = self._fast.get((base, nums))
         if c is None:
             c = self._lookup(args, kwargs, leaves, treedef, base, nums)
         return c.run(self._values(leaves, c))
 
-    def _lookup(self, args, kwargs, leaves, treedef, base, nums) -> "_Compiled":
+    def _signature(self, args, kwargs) -> tuple:
+        """``(leaves, treedef, base, nums)``: the leaves (Python numbers among them), the
+        signature without the numbers' values, and those values."""
+        leaves, treedef, skey = self._split(args, kwargs, _is_number)
+        parts, nums = self._parts(leaves)
+        return leaves, treedef, (treedef, skey, parts), nums
+
+    def _lookup(self, args, kwargs, leaves, treedef, base, values) -> "_Compiled":
         """The graph for these arguments (traced if none fits); one that traces no number
-        is also kept under ``(base, nums)``, the key of the next call's first look."""
+        is also kept under ``(base, values)``, the key of the next call's first look."""
         nums = [(j, x) for j, x in enumerate(leaves) if _is_number(x)]
         b = self._cache.get(base)
         if b is not None:
@@ -268,7 +273,7 @@ class Jitted:
         if not c.num_idx:
             if len(self._fast) >= CACHE_SIZE:
                 del self._fast[next(iter(self._fast))]
-            self._fast[(base, tuple([x for _, x in nums]))] = c
+            self._fast[(base, values)] = c
         return c
 
     def signatures(self) -> int:
@@ -311,9 +316,7 @@ class Jitted:
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """The staged graph for these arguments' signature (traced if not cached yet)."""
-        leaves, treedef, skey = self._split(args, kwargs, _is_number)
-        parts, nums = self._parts(leaves)
-        return Lowered(self._lookup(args, kwargs, leaves, treedef, (treedef, skey, parts), nums))
+        return Lowered(self._lookup(args, kwargs, *self._signature(args, kwargs)))
 
     def _donated_leaves(self, args, leaves, treedef) -> set:
         """Indices (in ``leaves``) of the array leaves of donated arguments."""
