@@ -62,22 +62,34 @@ def _rename(op, m: dict) -> None:
         op.params = _subst(op.params, m)
 
 
-def fold_constants(g: Graph) -> None:
-    """Ops on constants only become their staging values (after renaming, some are)."""
+def _rewrite(g: Graph, replaced) -> None:
+    """One forward pass over ``g``'s ops: each op's references are first renamed by ``m``
+    (what earlier ops were replaced by), then ``replaced(op, m)`` either records in ``m``
+    what the op's outputs are instead and returns True (the op is dropped), or returns
+    False; the outputs are renamed last."""
     m: dict = {}
     ops = []
     for op in g.ops:
         if m:
             _rename(op, m)
+        if not replaced(op, m):
+            ops.append(op)
+    g.ops = ops
+    g.outputs = [_subst(o, m) for o in g.outputs]
+
+
+def fold_constants(g: Graph) -> None:
+    """Ops on constants only become their staging values (after renaming, some are)."""
+    def replaced(op, m):
         if not _has_ref(op.args) and not (op.dynamic and _has_ref(op.params)):
             for s in op.outs:
                 if s is not None:
                     m[s] = g.values[s]
-            continue
+            return True
         op.dynamic = op.dynamic and _has_ref(op.params)
-        ops.append(op)
-    g.ops = ops
-    g.outputs = [_subst(o, m) for o in g.outputs]
+        return False
+
+    _rewrite(g, replaced)
 
 
 def _is_one(c) -> bool:
@@ -96,37 +108,40 @@ def _is_one(c) -> bool:
 _UNIT_OPS = {"multiply": (0, 1), "divide": (1,)}  # op -> positions where a one changes nothing
 
 
+def _unit_operand(g: Graph, op, outs: set):
+    """The operand ``op`` passes through unchanged (``x`` of ``x * 1``, ``1 * x``, ``x / 1``
+    with the result of x's shape and real dtype, not an output), or None."""
+    at = _UNIT_OPS.get(op.name)
+    if at is None or len(op.args) != 2 or op.params or op.multi or op.outs[0] in outs:
+        return None
+    for i in at:
+        one, x = op.args[i], op.args[1 - i]
+        if one.__class__ is Ref or x.__class__ is not Ref or not _is_one(one):
+            continue
+        v, r, d = g.values[x.slot], g.values[op.outs[0]], g.disp[x.slot]
+        if (d is not None and tuple(v.shape) == tuple(r.shape) and v.dtype == r.dtype
+                and d.xp.isdtype(v.dtype, ("real floating", "integral"))):
+            return x
+    return None
+
+
 def simplify(g: Graph) -> None:
     """``x * 1``, ``1 * x`` and ``x / 1`` become ``x`` where the result has x's shape and real
     dtype and is not an output (exact for every real value, signed zeros and NaN included;
     not for complex ones: ``(a + inf j) * 1`` is ``nan + inf j``); a transform's unit
     cotangent is such a one."""
-    m: dict = {}
-    ops = []
     outs: list = []
     _collect(g.outputs, outs)
     outs = set(outs)  # (an output stays its own buffer, as eagerly: never an alias of x)
-    for op in g.ops:
-        if m:
-            _rename(op, m)
-        at = _UNIT_OPS.get(op.name)
-        if (at is not None and len(op.args) == 2 and not op.params and not op.multi
-                and op.outs[0] not in outs):
-            for i in at:
-                one, x = op.args[i], op.args[1 - i]
-                if one.__class__ is Ref or x.__class__ is not Ref or not _is_one(one):
-                    continue
-                v, r, d = g.values[x.slot], g.values[op.outs[0]], g.disp[x.slot]
-                if (d is not None and tuple(v.shape) == tuple(r.shape) and v.dtype == r.dtype
-                        and d.xp.isdtype(v.dtype, ("real floating", "integral"))):
-                    m[op.outs[0]] = x
-                    break
-            else:
-                ops.append(op)
-            continue
-        ops.append(op)
-    g.ops = ops
-    g.outputs = [_subst(o, m) for o in g.outputs]
+
+    def replaced(op, m):
+        x = _unit_operand(g, op, outs)
+        if x is None:
+            return False
+        m[op.outs[0]] = x
+        return True
+
+    _rewrite(g, replaced)
 
 
 def _key(t):
@@ -152,27 +167,23 @@ def _key(t):
 def eliminate_common(g: Graph) -> None:
     """One op per (function, inputs, parameters)."""
     seen: dict = {}
-    m: dict = {}
-    ops = []
-    for op in g.ops:
-        if m:
-            _rename(op, m)
+
+    def replaced(op, m):
         try:
             k = (id(op.fn), op.name, _key(op.args), _key(op.params))
             hash(k)
         except TypeError:
-            ops.append(op)
-            continue
+            return False
         prev = seen.get(k)
         if prev is not None and len(prev.outs) == len(op.outs):
             for a, b in zip(op.outs, prev.outs):
                 if a is not None:
                     m[a] = Ref(b)
-            continue
+            return True
         seen[k] = op
-        ops.append(op)
-    g.ops = ops
-    g.outputs = [_subst(o, m) for o in g.outputs]
+        return False
+
+    _rewrite(g, replaced)
 
 
 def eliminate_dead(g: Graph) -> None:
