@@ -81,6 +81,8 @@ def _keep_only_read(node, saves, raw, parents) -> None:
     node.args = tuple(args)
     if not saves[-1]:
         node.ans = None
+
+
 _cache: dict = {}
 
 

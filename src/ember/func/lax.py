@@ -53,12 +53,21 @@ WHILE_UNSUPPORTED = (
 )
 
 
+def _check_scalar(v: Any, op: str, what: str) -> None:
+    shape = getattr(v, "shape", ())
+    if shape is not None and tuple(shape) != ():
+        raise ShapeError(NOT_SCALAR.format(op=op, what=what, shape=tuple(shape)))
+
+
+def _as_array(xp: Any, v: Any) -> Any:
+    """``v``, a Python number made an array of ``xp``."""
+    return v if hasattr(v, "shape") else xp.asarray(v)
+
+
 def _known(pred: Any, op: str, what: str) -> bool | None:
     """``bool(pred)`` where Python may branch on it; None where it is traced (jit) or batched
     (vmap). A traced Python number is known: jit guards on its value."""
-    shape = getattr(pred, "shape", ())
-    if shape is not None and tuple(shape) != ():
-        raise ShapeError(NOT_SCALAR.format(op=op, what=what, shape=tuple(shape)))
+    _check_scalar(pred, op, what)
     try:
         return bool(pred)
     except (TracingError, BatchingError):
@@ -95,8 +104,7 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
         raise StructureError(BRANCHES_DIFFER.format(detail=f"true_fun gave {dt}, false_fun {df}"))
     out = []
     for path, a, b in zip(_tree.paths(t), lt, lf):
-        a = a if hasattr(a, "shape") else xp.asarray(a)  # (Python numbers)
-        b = b if hasattr(b, "shape") else xp.asarray(b)
+        a, b = _as_array(xp, a), _as_array(xp, b)
         if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
             where = f"at {path}: " if str(path) else ""
             raise StructureError(BRANCHES_DIFFER.format(
@@ -114,9 +122,7 @@ def switch(index: Any, branches: Sequence[Callable], *operands: Any) -> Any:
     branches = list(branches)
     if not branches:
         raise ValueError("ember.lax.switch: give at least one branch")
-    shape = getattr(index, "shape", ())
-    if shape is not None and tuple(shape) != ():
-        raise ShapeError(NOT_SCALAR.format(op="switch", what="index", shape=tuple(shape)))
+    _check_scalar(index, "switch", "index")
     i = _index(index)
     if i is not None:
         return branches[min(max(i, 0), len(branches) - 1)](*operands)
@@ -168,9 +174,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     val = init_val
     while True:
         c = cond_fun(val)
-        shape = getattr(c, "shape", ())
-        if shape is not None and tuple(shape) != ():
-            raise ShapeError(NOT_SCALAR.format(op="while_loop", what="condition", shape=tuple(shape)))
+        _check_scalar(c, "while_loop", "condition")
         try:
             go = bool(c)
         except (TracingError, BatchingError) as e:
@@ -188,8 +192,8 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
             if ndef != vdef:
                 raise StructureError(f"ember.lax.while_loop: body_fun returned {ndef}, the loop value is "
                                      f"{vdef}; it must keep the value's structure") from None
-            arr = lambda a: xp.asarray(a) if _is_number(a) else a  # noqa: E731
-            val = _tree.unflatten(vdef, [xp.where(c, arr(n), arr(o)) for n, o in zip(nleaves, leaves)])
+            val = _tree.unflatten(vdef, [xp.where(c, _as_array(xp, n), _as_array(xp, o))
+                                         for n, o in zip(nleaves, leaves)])
             continue
         if not go:
             return val
@@ -225,7 +229,7 @@ def _staged_while(cond_fun: Callable, body_fun: Callable, init: Any, c: Any, e: 
         raise StructureError(f"ember.lax.while_loop: body_fun returned {out_def}, the loop value "
                              f"is {vdef}; it must keep the value's structure")
     for i, (a, o) in enumerate(zip(leaves, out_leaves)):
-        o = o if hasattr(o, "shape") else xp.asarray(o)
+        o = _as_array(xp, o)
         if tuple(a.shape) != tuple(o.shape) or a.dtype != o.dtype:
             raise StructureError(f"ember.lax.while_loop: leaf {i} of the loop value is {a.dtype}"
                                  f"{list(a.shape)} but body_fun returned {o.dtype}{list(o.shape)}; "
@@ -305,5 +309,5 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
             raise TypeError("ember.lax.scan: f returns Python numbers and no array of xs, init "
                             "or y gives a namespace to stack them in; return arrays")
         xp = arrays[0].__array_namespace__()
-        stacked.append(xp.stack([c if hasattr(c, "shape") else xp.asarray(c) for c in col], axis=0))
+        stacked.append(xp.stack([_as_array(xp, c) for c in col], axis=0))
     return carry, _tree.unflatten(ydef, stacked)
