@@ -3,6 +3,8 @@ static arguments, donation, the control-flow error and lower()."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -454,6 +456,28 @@ def test_jitted_cross_entropy_and_layer_norm_keep_their_residuals_as_eager_does(
     text = str(g.lower(p, x, t))
     assert "_softmax_cross_entropy(" in text and "exp(" not in text  # (no recomputed softmax)
     assert "mean(" not in text  # (the layer norm's statistics are not recomputed)
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_a_stacked_product_is_one_matrix_product_under_jit_as_eagerly(lib):
+    # a linear layer on (batch, seq, features) and a stacked matmul with a matrix: their
+    # gradients flatten the leading axes into rows while jit stages too (NumPy runs a
+    # stacked product as one GEMM per matrix); values equal eager
+    xp = ns(lib)
+    nn = ember.nn
+    rng = np.random.default_rng(2)
+
+    def loss(w, v, x):
+        return xp.sum(nn.linear(x, w, None) ** 2) + xp.sum(xp.matmul(x, v) ** 2)
+
+    g = ember.jit(ember.grad(loss, argnums=(0, 1, 2)))
+    w, v, x = (xp.asarray(rng.normal(size=s)) for s in ((5, 4), (4, 3), (2, 6, 4)))
+    same(g(w, v, x), ember.grad(loss, argnums=(0, 1, 2))(w, v, x))
+    products = [line for line in str(g.lower(w, v, x)).splitlines() if "= matmul(" in line]
+    assert products
+    if lib == "numpy":  # (an eager host backend: every product of the backward is of matrices)
+        ranks = [re.search(r": \w+\[([^]]*)\]", line).group(1).count(",") + 1 for line in products]
+        assert ranks[0] == 3 and ranks[1:] == [2] * (len(ranks) - 1), products  # (forward: stacked)
 
 
 def test_an_array_given_twice_is_two_inputs():

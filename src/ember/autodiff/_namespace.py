@@ -200,6 +200,9 @@ class _Dispatcher:
         # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
         # test for a rare case (ties in maximum) instead of always computing its correction
         mod._cheap_any = self.raw_ns._cheap_any = caps.cheap_checks
+        # the same, fixed: jit and vmap turn ``_cheap_any`` off while they trace, but a choice
+        # that depends only on the backend (a stacked product as one GEMM) stays
+        mod._eager_host = self.raw_ns._eager_host = caps.cheap_checks
         # whether backend arrays take item assignment and in-place arithmetic (the backward
         # loop accumulates into buffers it owns, see _trace._backward_raw)
         self.raw_ns._writes = caps.in_place

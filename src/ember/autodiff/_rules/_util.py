@@ -250,11 +250,12 @@ def as_rows(ns, a):
 
     Why: NumPy runs a stacked matmul as one GEMM per matrix, and a product
     over all rows at once takes 0.7x the time for an input of shape
-    ``(16, 64, 128)``. Only on eager host backends (``ns._cheap_any``) and
-    for known sizes; a reshape is a view where ``a`` is contiguous.
+    ``(16, 64, 128)``. Only on eager host backends (``ns._eager_host``, also
+    while jit stages or vmap batches for one) and for known sizes; a reshape is
+    a view where ``a`` is contiguous.
     """
     shape = a.shape
-    if ns._cheap_any and known(shape):
+    if ns._eager_host and known(shape):
         return ns.reshape(a, (math.prod(shape[:-1]), shape[-1]))  # (explicit: -1 is ambiguous at size 0)
     return None
 
