@@ -459,6 +459,83 @@ def test_jitted_cross_entropy_and_layer_norm_keep_their_residuals_as_eager_does(
 
 
 @pytest.mark.parametrize("lib", BACKENDS)
+def test_jit_only_residuals_are_kept_by_jits_graph_and_not_by_an_eager_tape(lib):
+    # defresiduals(jit_only=True): jit(grad) stages the residual forward and the VJP reads
+    # its slot; an eager tape keeps the input alone and the VJP recomputes (same values)
+    xp = ns(lib)
+
+    def fwd(ns_, x):
+        e = ns_.exp(x)
+        return ns_.sum(e), {"e": e}
+
+    calls = []
+    sum_exp = ember.primitive(lambda ns_, x: ns_.sum(ns_.exp(x)), name="sum_exp_jit_only")
+    sum_exp.defvjp(lambda ns_, g, ans, x, e=None: calls.append(e is not None) or g * (
+        ns_.exp(x) if e is None else e))
+    sum_exp.defresiduals(fwd, jit_only=True)
+
+    def loss(x, w):
+        return sum_exp(x * w)
+
+    x, w = xp.asarray([0.5, -1.0, 2.0]), xp.asarray([1.0, 0.25, -0.5])
+    eager = ember.grad(loss)(x, w)
+    assert calls == [False]  # (the eager node kept no residual)
+    calls.clear()
+    g = ember.jit(ember.grad(loss))
+    for k in range(3):
+        x, w = xp.asarray([0.5 * k, -1.0, 2.0]), xp.asarray([1.0, 0.25 * k, -0.5])
+        eager = ember.grad(loss)(x, w)
+        same(g(x, w), eager)
+    assert True in calls and g.trace_count == 1
+    assert " exp(" not in str(g.lower(x, w))  # (the VJP read the staged residual)
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_jitted_gelu_reads_its_forwards_tanh_and_equals_eager(lib):
+    # nn.gelu(approximate=True) under jit(grad): the backward reads the tanh its forward op
+    # computed (no second tanh) and equals the eager gradient, which recomputes it
+    xp = ns(lib)
+    nn = ember.nn
+    rng = np.random.default_rng(0)
+
+    def loss(w, x):
+        return xp.sum(nn.gelu(nn.linear(x, w, None), approximate=True) ** 2)
+
+    g = ember.jit(ember.grad(loss))
+    for _ in range(3):
+        w, x = xp.asarray(rng.normal(size=(5, 4))), xp.asarray(rng.normal(size=(2, 3, 4)))
+        same(g(w, x), ember.grad(loss)(w, x))
+    text = str(g.lower(w, x))
+    assert "= tanh(" not in text and text.count("= _gelu_tanh(") == 1
+    if lib == "numpy":  # (buffer planning: the op's input and its tanh are fresh buffers)
+        lines = text.splitlines()
+        at = next(i for i, line in enumerate(lines) if "= _gelu_tanh(" in line)
+        t = re.findall(r"(v\d+):", lines[at])[1]  # (its second result)
+        x = lines[at].split("_gelu_tanh(")[1].split(")")[0]
+        for slot in (x, t):
+            assert any(f"[in place of {slot}]" in line for line in lines[at + 1:]), slot
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_a_fresh_primitives_results_that_share_a_buffer_are_not_overwritten_early(lib):
+    # a layer norm without scale and shift returns x_hat itself as its value and keeps it
+    # as a residual: one buffer behind two results of one op; jit writes into it only once
+    # neither is read again, so the gradient equals eager's
+    xp = ns(lib)
+    fused = ad.fused
+    rng = np.random.default_rng(1)
+
+    def loss(x):
+        y = fused.layer_norm(x, None, None, axes=(1,), eps=1e-5)
+        return xp.sum(xp.exp(y) * y)
+
+    g = ember.jit(ember.value_and_grad(loss))
+    for _ in range(3):
+        x = xp.asarray(rng.normal(size=(3, 4)))
+        same(g(x), ember.value_and_grad(loss)(x))
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
 def test_a_stacked_product_is_one_matrix_product_under_jit_as_eagerly(lib):
     # a linear layer on (batch, seq, features) and a stacked matmul with a matrix: their
     # gradients flatten the leading axes into rows while jit stages too (NumPy runs a

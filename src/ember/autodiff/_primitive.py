@@ -81,6 +81,7 @@ class Primitive:
         if fresh:  # (ember.jit may then write later results into its buffer)
             FRESH.add(self.key)
         self._fwd_residuals: Callable | None = None
+        self._jit_only = False
         self._one_argument = False
         self._ops: dict = {}  # dispatcher -> the op on that backend's Tensors (built once)
         _PRIMITIVES.add(self.key)  # (named in vmap's message when it has no batching rule)
@@ -119,7 +120,7 @@ class Primitive:
         self._ops.clear()
         return self
 
-    def defresiduals(self, fwd: Callable) -> "Primitive":
+    def defresiduals(self, fwd: Callable, *, jit_only: bool = False) -> "Primitive":
         """Register a forward that also returns what the VJPs need: ``fwd(xp, *args, **params)``
         gives ``(ans, {name: value})`` (JAX's ``custom_vjp`` residuals).
 
@@ -128,8 +129,13 @@ class Primitive:
         had in hand (a softmax, a normalisation's statistics); untracked, or
         where checkpointing may recompute the op, the plain forward runs and the
         VJPs get none of them (they must then compute them).
+        ``jit_only=True`` keeps them only in ``ember.jit``'s graphs (``jit(grad(f))``)
+        and lets an eager tape keep the inputs alone: for residuals as large as
+        the input that the VJP can recompute (GELU's ``tanh``), traded for
+        speed where the graph is compiled and for memory where it is not.
         """
         self._fwd_residuals = fwd
+        self._jit_only = jit_only
         self._ops.clear()
         return self
 
@@ -209,8 +215,10 @@ class Primitive:
             def with_residuals(*raw, **params):
                 return fwd_res(raw_ns, *raw, **params)
 
+            eager = not self._jit_only
+
             def op(*args, **params):
-                res = keeping(key, with_residuals, args, params, args)
+                res = keeping(key, with_residuals, args, params, args, eager)
                 return fast(*args, **params) if res is None else res
         elif self._one_argument:  # the unary fast path: it keeps only what the VJP reads (saves)
             unary, fast = d._unary(key, impl), d.fast_op(key, impl)

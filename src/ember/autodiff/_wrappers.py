@@ -223,12 +223,13 @@ def build(d) -> dict:
                 staged = True
         return staged and top is not None and top.active
 
-    def record_keeping(name, compute, args, params, deciding):
+    def record_keeping(name, compute, args, params, deciding, eager=True):
         """Record ``name`` on one level with a node that also keeps, in its params, what the
         forward computes for the VJP anyway: ``compute(*raw args, **params)`` gives
         ``(result, {param: value})``. None where the general path must run the op: no
         argument of ``deciding`` tracked, checkpointing (it may recompute, and then keeps
-        nothing), ``consume`` markers, or a call ``record_one_level`` does not take."""
+        nothing), ``consume`` markers, or a call ``record_one_level`` does not take, or
+        (``eager=False``) any tape but one right over jit's staging trace."""
         n = None
         for a in deciding:  # the first tracked one (a loop: a generator is a frame per call)
             if a.__class__ is T and a._node is not None and not a._node.trace.stages:
@@ -243,7 +244,7 @@ def build(d) -> dict:
             kept.append(extra)
             return res
 
-        res = record(name, impl, args, params)
+        res = record(name, impl, args, params) if eager else _GENERAL
         if res is _GENERAL:
             if not one_level_over_staging(deciding):
                 return None

@@ -51,19 +51,36 @@ erf = Primitive(_erf_forward, name="_erf", elementwise=True, fresh=True)
 erf.defvjp(_ew.erf_vjp)
 
 
-def _gelu_tanh_forward(xp, x):
+def _gelu_tanh(xp, x, keep_t):
+    """``(0.5 x (1 + t), t)``, ``t = tanh(u)``; in place where :func:`in_place`, into ``t``'s
+    buffer unless ``keep_t``."""
     t = gelu_tanh_t(xp, x, x * x)
     if not in_place(xp, x):
-        return (0.5 * x) * (1.0 + t)
-    t += 1.0  # ((1 + t) x) / 2 into t: equal to (x / 2)(1 + t) outside the subnormal range
-    t *= x
-    t *= 0.5
-    return t
+        return (0.5 * x) * (1.0 + t), t
+    if keep_t:
+        y = t + 1.0
+    else:
+        y = t
+        y += 1.0
+    y *= x  # ((1 + t) x) / 2: equal to (x / 2)(1 + t) outside the subnormal range
+    y *= 0.5
+    return y, t
+
+
+def _gelu_tanh_forward(xp, x):
+    return _gelu_tanh(xp, x, False)[0]
+
+
+def _gelu_tanh_and_t(xp, x):
+    y, t = _gelu_tanh(xp, x, True)
+    return y, {"t": t}
 
 
 gelu_tanh = Primitive(_gelu_tanh_forward, name="_gelu_tanh", elementwise=True, fresh=True)
-"""GELU's tanh form ``0.5 x (1 + tanh(u))`` as one node instead of eight."""
-gelu_tanh.defvjp(_ew.gelu_tanh_vjp)
+"""GELU's tanh form ``0.5 x (1 + tanh(u))`` as one node instead of eight. Under ``jit(grad)``
+its op also yields ``tanh(u)`` for the VJP; an eager tape keeps only ``x`` (the VJP recomputes
+the ``tanh``: one input-sized array less per layer)."""
+gelu_tanh.defvjp(_ew.gelu_tanh_vjp).defresiduals(_gelu_tanh_and_t, jit_only=True)
 
 
 # ----- softmax and the cross-entropy -----------------------------------------------------------

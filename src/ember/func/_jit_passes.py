@@ -247,13 +247,20 @@ def plan_buffers(g: Graph, donated: set) -> None:
         d = g.disp[op.outs[0]] if op.outs and op.outs[0] is not None else None
         u = _ufunc_of(op, d) if d is not None and _writes_out(d) else None
         ufuncs[i] = u
-        is_fresh = (u is not None or op.name in _FRESH or op.name in _FRESH_PRIMITIVES) and not op.multi
+        declared = op.name in _FRESH or op.name in _FRESH_PRIMITIVES
+        is_fresh = (u is not None or declared) and not op.multi
+        # a fresh primitive's several results (its residuals among them) are new buffers that
+        # may share one another (a layer norm without a scale: y is x_hat), never an argument
+        group = tuple(s for s in op.outs if s is not None) if declared and op.multi else None
         for s in op.outs:
             if s is None:
                 continue
             if is_fresh:
                 fresh[s] = True
                 roots[s] = (s,)
+            elif group is not None:
+                fresh[s] = True
+                roots[s] = group
             else:
                 rs = set()
                 for r in op.refs():
@@ -286,9 +293,14 @@ def plan_buffers(g: Graph, donated: set) -> None:
                 continue
             s = a.slot
             rs = roots[s]
-            if s in taken or rs is None or len(rs) != 1:
+            if s in taken or rs is None:
                 continue
-            b = rs[0]  # the buffer written: s's own, or the one s is a view of (a transpose)
+            if len(rs) == 1:
+                b = rs[0]  # the buffer written: s's own, or the one s is a view of (a transpose)
+            elif s in rs:  # one of a fresh primitive's results: its own, once all of them died
+                b = s
+            else:
+                continue
             if not fresh[b] or last[b] != i or b in taken:
                 continue
             if b != s and (made_by[s] not in _WRITABLE_VIEWS or any(

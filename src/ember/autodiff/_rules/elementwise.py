@@ -309,11 +309,14 @@ def relu_vjp(ns, g, ans, x):
 def erf_vjp(ns, g, ans, x):
     return g * (2.0 / math.sqrt(math.pi)) * ns.exp(-(x * x))
 
-def gelu_tanh_vjp(ns, g, ans, x):
-    # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2), t = tanh(u) (recomputed: one ufunc)
+def gelu_tanh_vjp(ns, g, ans, x, t=None):
+    # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2), t = tanh(u): the forward's where
+    # jit kept it (a residual), else recomputed (one ufunc)
     x2 = x * x
-    t = gelu_tanh_t(ns, x, x2)
-    if g.dtype != x.dtype or not in_place(ns, x):
+    kept = t is not None  # (then never written: a second backward pass reads it again)
+    if not kept:
+        t = gelu_tanh_t(ns, x, x2)
+    if g.dtype != x.dtype or kept or not in_place(ns, x):
         return g * (0.5 * (1.0 + t) + (0.5 * GELU_C) * x * (1.0 - t * t) * (1.0 + (3.0 * GELU_K) * x2))
     # the same, in place: 1 - t^2 as -(t^2 - 1), exactly; a 2 MB input (the transformer
     # benchmark's MLP) takes 0.85x the time
