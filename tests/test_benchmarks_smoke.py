@@ -261,6 +261,24 @@ def test_gemm_layout_rows_compute_the_same_step(dtype, tmp_path, monkeypatch):
     _check_json(tmp_path / f"{wl.name}.json", wl.name, "us/call", list(wl.impls))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_reductions_rows_compute_the_same_sums(dtype, tmp_path, monkeypatch):
+    # both rows of a shape compute the last-axis sum (to rounding); then a tiny run
+    import numpy as np
+
+    mod = _load_script("reductions", monkeypatch)
+    monkeypatch.setattr(mod, "SHAPES", {"scores": (2, 3, 4, 5), "features": (2, 3, 6)})
+    dt = np.dtype(dtype).type
+    for shape in mod.SHAPES.values():
+        want = mod.setup(dt, shape, "sum")()
+        assert want.shape == (*shape[:-1], 1)
+        np.testing.assert_allclose(mod.setup(dt, shape, "product")(), want,
+                                   rtol=1e-5 if dtype == "float32" else 1e-12)
+    (wl,) = [wk for wk in mod.workloads() if wk.name == f"reductions_{dtype}"]
+    mod.run_cli([wl], [*_TINY, "--results-dir", str(tmp_path)])
+    _check_json(tmp_path / f"{wl.name}.json", wl.name, "us/call", list(wl.impls))
+
+
 def test_chain_minimal_tape_computes_embers_gradient(monkeypatch):
     # the chain's floor row must differentiate the whole chain (every op's VJP, the x + y fan-in)
     import numpy as np

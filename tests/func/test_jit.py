@@ -557,6 +557,25 @@ def test_a_stacked_product_is_one_matrix_product_under_jit_as_eagerly(lib):
         assert ranks[0] == 3 and ranks[1:] == [2] * (len(ranks) - 1), products  # (forward: stacked)
 
 
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_jitted_softmax_and_layer_norm_backward_reduce_rows_as_eager_does(lib):
+    # their backward passes sum along the last axis: under jit one op each that picks the
+    # product with ones or the reduction on the array it runs on, as the eager rule does
+    xp = ns(lib)
+    nn = ember.nn
+    rng = np.random.default_rng(3)
+    norm = nn.LayerNorm(xp.asarray(rng.normal(size=5)), xp.asarray(rng.normal(size=5)), (5,))
+
+    def loss(x, t):
+        return xp.sum(nn.softmax(norm(x), axis=-1) * t)
+
+    g = ember.jit(ember.grad(loss))
+    for _ in range(3):
+        x, t = xp.asarray(rng.normal(size=(2, 3, 5))), xp.asarray(rng.normal(size=(2, 3, 5)))
+        same(g(x, t), ember.grad(loss)(x, t))
+    assert str(g.lower(x, t)).count("= _reduce_last(") == 3  # (softmax's sum, the two means)
+
+
 def test_an_array_given_twice_is_two_inputs():
     # tied arguments at the first call (f(a, a), one weight in two places) stay two inputs:
     # a later call with two different arrays must not compute with the first one twice

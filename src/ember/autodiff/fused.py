@@ -15,7 +15,7 @@ from typing import Any
 
 from ..kernels import check_linear, erf_series, gelu_tanh_t, in_place, layer_norm as _layer_norm
 from ..kernels import max_pool_tiles as _max_pool_tiles
-from ..kernels import relu as _relu
+from ..kernels import relu as _relu, sum_last
 from ._primitive import Primitive
 from ._rules import elementwise as _ew
 from ._rules.linear import linear_jvp, linear_vjp
@@ -86,12 +86,12 @@ gelu_tanh.defvjp(_ew.gelu_tanh_vjp).defresiduals(_gelu_tanh_and_t, jit_only=True
 # ----- softmax and the cross-entropy -----------------------------------------------------------
 def _log_softmax_forward(xp, x, axis):
     s = x - xp.max(x, axis=axis, keepdims=True)
-    return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
+    return s - xp.log(sum_last(xp, xp.exp(s), axis, keepdims=True))
 
 
 def _softmax_forward(xp, x, axis):
     e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
-    return e / xp.sum(e, axis=axis, keepdims=True)
+    return e / sum_last(xp, e, axis, keepdims=True)
 
 
 softmax = Primitive(_softmax_forward, name="_softmax", fresh=True)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from .reductions import mean_last
+
 __all__ = ["layer_norm"]
 
 
 def layer_norm(ns, x, w, b, axes, eps):
     """The forward, and the parts its VJP reads: ``(y, (x_hat, s))`` with ``x_hat`` the
     normalized input and ``s = sqrt(var + eps)``; ``w`` and ``b`` may be None."""
-    d = x - ns.mean(x, axis=axes, keepdims=True)
-    s = ns.sqrt(ns.mean(d * d, axis=axes, keepdims=True) + eps)
+    d = x - mean_last(ns, x, axes, keepdims=True)
+    s = ns.sqrt(mean_last(ns, d * d, axes, keepdims=True) + eps)
     x_hat = d / s
     y = x_hat if w is None else x_hat * w
     return (y if b is None else y + b), (x_hat, s)

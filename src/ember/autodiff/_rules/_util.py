@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ...kernels import shapes_fit
+from ...kernels import mean_last, shapes_fit, sum_last
 from .._tensor import Tensor, raw_value
 
 
@@ -114,6 +114,23 @@ def run_time_kernel(d, name: str, make):
     if k is None:
         k = _KERNELS[d, name] = make(d.raw_ns)
     return k
+
+
+def _reduce_last_kernel(R):
+    def k(x, axis, keepdims, mean):
+        return (mean_last if mean else sum_last)(R, x, axis, keepdims)
+
+    return k
+
+
+def reduce_last(ns, x, axis, keepdims: bool = False, mean: bool = False):
+    """``kernels.sum_last`` (``mean_last`` where ``mean``) in a rule: while jit stages, one op
+    that picks the product with ones or the reduction on the array it runs on (a staged
+    value has no memory layout to read yet)."""
+    if staged_only(ns, x):
+        return ns._dispatch.call("_reduce_last", run_time_kernel(ns._dispatch, "_reduce_last", _reduce_last_kernel),
+                                 (x,), {"axis": axis, "keepdims": keepdims, "mean": mean})
+    return (mean_last if mean else sum_last)(ns, x, axis, keepdims)
 
 
 def _select_kernel(R):

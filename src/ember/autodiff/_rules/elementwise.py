@@ -39,7 +39,7 @@ import math
 from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place
 from ._base import RULES, defvjp
 from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, run_time_kernel, select
-from ._util import staged_only
+from ._util import reduce_last, staged_only
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -337,11 +337,11 @@ def gelu_tanh_vjp(ns, g, ans, x, t=None):
 
 # nn.softmax / nn.log_softmax (one primitive each): y = softmax(x), l = log_softmax(x)
 def softmax_vjp(ns, g, ans, x, *, axis):
-    return ans * (g - ns.sum(g * ans, axis=axis, keepdims=True))
+    return ans * (g - reduce_last(ns, g * ans, axis, keepdims=True))
 
 
 def log_softmax_vjp(ns, g, ans, x, *, axis):
-    return g - ns.exp(ans) * ns.sum(g, axis=axis, keepdims=True)
+    return g - ns.exp(ans) * reduce_last(ns, g, axis, keepdims=True)
 
 
 def softmax_jvp(ns, ts, ans, x, *, axis):
@@ -357,13 +357,13 @@ def shifted_exp(ns, z, axis):
     ``z``: the cross-entropy forward's (_wrappers) and its VJPs' where the forward kept no ``dz``."""
     s = z - ns.max(z, axis=axis, keepdims=True)
     e = ns.exp(s)
-    return s, e, ns.sum(e, axis=axis, keepdims=True)
+    return s, e, reduce_last(ns, e, axis, keepdims=True)
 
 
 def ce_dz(ns, t, e, total, axis):
     """``softmax(z) * sum(t) - t`` from ``shifted_exp``'s ``e`` and ``total``: d/dz of the
     per-row loss ``-sum(t * log_softmax(z))`` (the forward keeps it, see _wrappers)."""
-    return e * (ns.sum(t, axis=axis, keepdims=True) / total) - t
+    return e * (reduce_last(ns, t, axis, keepdims=True) / total) - t
 
 
 def _ce_rows(ns, g, z, axis, reduction):

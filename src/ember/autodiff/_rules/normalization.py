@@ -1,8 +1,9 @@
 """``_layer_norm``: ``nn.LayerNorm`` as one memory-bound node.
 
 The forward is the composition ``(x - mean) / sqrt(var + eps) * w + b`` over
-the normalized (last) axes, the same operations in the same order, so the
-same values. With the normalized input ``y = (x - mean) / s``,
+the normalized (last) axes, the same operations in the same order (a mean
+over the last axis alone of a backend array is a product with ones:
+``kernels.mean_last``), so the same values up to that sum's rounding. With the normalized input ``y = (x - mean) / s``,
 ``s = sqrt(var + eps)`` (kept by a one-level forward, else recomputed),
 ``gy = g * w`` and means over the normalized axes, the VJP is::
 
@@ -16,7 +17,7 @@ namespace it is given, so higher orders differentiate it.
 from __future__ import annotations
 
 from ...kernels import layer_norm
-from ._util import fit
+from ._util import fit, reduce_last
 
 
 def layer_norm_vjp(ns, g, ans, args, params, parents):
@@ -31,7 +32,7 @@ def layer_norm_vjp(ns, g, ans, args, params, parents):
         gb = fit(ns, g, b)
     if parents[0] is not None:
         gy = g if w is None else g * w
-        gx = fit(ns, (gy - ns.mean(gy, axis=axes, keepdims=True)
-                      - y * ns.mean(gy * y, axis=axes, keepdims=True)) / s, x)
+        gx = fit(ns, (gy - reduce_last(ns, gy, axes, True, mean=True)
+                      - y * reduce_last(ns, gy * y, axes, True, mean=True)) / s, x)
     return gx, gw, gb
 

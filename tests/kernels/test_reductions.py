@@ -1,0 +1,61 @@
+"""kernels.sum_last / mean_last: the namespace's sum and mean, by a product with ones where
+that applies (C-contiguous float32/float64 backend arrays, the last axis alone)."""
+
+from __future__ import annotations
+
+import warnings
+
+import array_api_compat.numpy as cnp
+import array_api_strict
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from ember.kernels import mean_last, sum_last
+
+finite = st.floats(-1e3, 1e3, allow_nan=False, width=64)
+
+
+@settings(deadline=None, max_examples=60)
+@given(x=hnp.arrays(st.sampled_from([np.float32, np.float64]), hnp.array_shapes(min_dims=1, max_dims=4, min_side=0),
+                    elements=finite),
+       keepdims=st.booleans(), as_tuple=st.booleans())
+def test_equal_to_sum_and_mean_along_the_last_axis(x, keepdims, as_tuple):
+    axis = (x.ndim - 1,) if as_tuple else -1
+    tol = dict(rtol=1e-5, atol=1e-2) if x.dtype == np.float32 else dict(rtol=1e-12, atol=1e-9)
+    for ours, theirs in ((sum_last, np.sum), (mean_last, np.mean)):
+        with warnings.catch_warnings():  # (the mean of an empty row: NaN, with a warning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            got, want = ours(cnp, x, axis, keepdims), theirs(x, axis=axis, keepdims=keepdims)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, **tol)
+
+
+def test_inf_and_nan_propagate_as_in_sum():
+    x = np.array([[1.0, np.inf, 2.0], [np.nan, 0.0, 1.0], [np.inf, -np.inf, 0.0]])
+    np.testing.assert_array_equal(sum_last(cnp, x, -1), [np.inf, np.nan, np.nan])
+    np.testing.assert_array_equal(mean_last(cnp, x, -1), [np.inf, np.nan, np.nan])
+
+
+@pytest.mark.parametrize("case", ["other axis", "two axes", "not contiguous", "integers", "strict"])
+def test_everything_else_is_the_namespaces_own_reduction(case):
+    # bit for bit: no product where the conditions do not hold
+    x = np.random.default_rng(0).standard_normal((3, 4, 5))
+    ns, axis = cnp, -1
+    if case == "other axis":
+        axis = 1
+    elif case == "two axes":
+        axis = (1, 2)
+    elif case == "not contiguous":
+        x = x.transpose(0, 2, 1)
+    elif case == "integers":
+        x = np.arange(60).reshape(3, 4, 5)
+    else:
+        ns, x = array_api_strict, array_api_strict.asarray(x)
+    for ours, theirs in ((sum_last, ns.sum), (mean_last, ns.mean)):
+        if case == "integers" and ours is mean_last:
+            continue
+        np.testing.assert_array_equal(np.asarray(ours(ns, x, axis, True)),
+                                      np.asarray(theirs(x, axis=axis, keepdims=True)))
