@@ -4,6 +4,7 @@ that applies (C-contiguous float32/float64 backend arrays, the last axis alone).
 from __future__ import annotations
 
 import warnings
+from unittest import mock
 
 import array_api_compat.numpy as cnp
 import array_api_strict
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ember.kernels import mean_last, sum_last
+from ember.kernels import mean_last, reductions, sum_last
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=64)
 
@@ -26,23 +27,31 @@ def test_equal_to_sum_and_mean_along_the_last_axis(x, keepdims, as_tuple):
     axis = (x.ndim - 1,) if as_tuple else -1
     tol = dict(rtol=1e-5, atol=1e-2) if x.dtype == np.float32 else dict(rtol=1e-12, atol=1e-9)
     for ours, theirs in ((sum_last, np.sum), (mean_last, np.mean)):
-        with warnings.catch_warnings():  # (the mean of an empty row: NaN, with a warning)
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with warnings.catch_warnings(), mock.patch.object(reductions, "MIN_ROWS", 1):
+            warnings.simplefilter("ignore", RuntimeWarning)  # (the mean of an empty row: NaN)
             got, want = ours(cnp, x, axis, keepdims), theirs(x, axis=axis, keepdims=keepdims)
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_allclose(got, want, **tol)
 
 
+def test_the_rows_of_a_softmax_over_attention_scores_are_one_product():
+    x = np.random.default_rng(0).standard_normal((2, 4, 64, 64)).astype(np.float32)
+    with mock.patch.object(cnp, "sum", side_effect=AssertionError("the reduction ran")):
+        got = sum_last(cnp, x, -1, keepdims=True)
+    np.testing.assert_allclose(got, x.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
 def test_inf_and_nan_propagate_as_in_sum():
-    x = np.array([[1.0, np.inf, 2.0], [np.nan, 0.0, 1.0], [np.inf, -np.inf, 0.0]])
-    np.testing.assert_array_equal(sum_last(cnp, x, -1), [np.inf, np.nan, np.nan])
-    np.testing.assert_array_equal(mean_last(cnp, x, -1), [np.inf, np.nan, np.nan])
+    x = np.tile(np.array([[1.0, np.inf, 2.0], [np.nan, 0.0, 1.0], [np.inf, -np.inf, 0.0]]), (200, 1))
+    assert x.shape[0] >= reductions.MIN_ROWS
+    np.testing.assert_array_equal(sum_last(cnp, x, -1), [np.inf, np.nan, np.nan] * 200)
+    np.testing.assert_array_equal(mean_last(cnp, x, -1), [np.inf, np.nan, np.nan] * 200)
 
 
-@pytest.mark.parametrize("case", ["other axis", "two axes", "not contiguous", "integers", "strict"])
+@pytest.mark.parametrize("case", ["other axis", "two axes", "not contiguous", "integers", "strict", "few rows"])
 def test_everything_else_is_the_namespaces_own_reduction(case):
     # bit for bit: no product where the conditions do not hold
-    x = np.random.default_rng(0).standard_normal((3, 4, 5))
+    x = np.random.default_rng(0).standard_normal((30, 40, 5))
     ns, axis = cnp, -1
     if case == "other axis":
         axis = 1
@@ -51,7 +60,9 @@ def test_everything_else_is_the_namespaces_own_reduction(case):
     elif case == "not contiguous":
         x = x.transpose(0, 2, 1)
     elif case == "integers":
-        x = np.arange(60).reshape(3, 4, 5)
+        x = np.arange(6000).reshape(30, 40, 5)
+    elif case == "few rows":
+        x = x[:2]
     else:
         ns, x = array_api_strict, array_api_strict.asarray(x)
     for ours, theirs in ((sum_last, ns.sum), (mean_last, ns.mean)):

@@ -4,18 +4,26 @@ Why not ``sum(x, axis=-1)`` alone: NumPy reduces a short last axis one row at a
 time, a fixed cost per row that dominates for rows of tens to hundreds of
 elements (the attention scores' softmax, a layer norm over 128 features), while
 a product with a vector of ones is one matrix-vector call to BLAS, a fraction
-of the time there (``benchmarks/reductions.py``; figures in docs/performance.md). It applies to C-contiguous real floating
-arrays of backends that expose ``flags`` (NumPy, CuPy); anything else takes the
-namespace's own reduction. The sum's order differs from NumPy's pairwise one,
-so the last bits may too (a sum of ``-0.0`` is ``+0.0``); inf and NaN propagate
-as in ``sum``.
+of the time there (``benchmarks/reductions.py``; figures in
+docs/performance.md). It applies to C-contiguous real floating arrays of
+backends that expose ``flags`` (NumPy, CuPy) with at least :data:`MIN_ROWS`
+rows; anything else takes the namespace's own reduction. The sum's order
+differs from NumPy's pairwise one, so the last bits may too (a sum of ``-0.0``
+is ``+0.0``); inf and NaN propagate as in ``sum``.
 """
 
 from __future__ import annotations
 
+import functools
+
 from array_api_compat import device as _device
 
-__all__ = ["sum_last", "mean_last"]
+__all__ = ["MIN_ROWS", "sum_last", "mean_last"]
+
+MIN_ROWS = 512
+"""Fewer rows than this take the namespace's reduction: the product's fixed cost (a call
+into BLAS, right after a large product with cold caches) outweighs the per-row cost it
+saves (the MLP's 128 rows of 10 logits)."""
 
 
 def _by_product(ns, x, axis) -> bool:
@@ -29,7 +37,13 @@ def _by_product(ns, x, axis) -> bool:
         return False
     nd = x.ndim
     return (nd > 0 and -nd <= axis < nd and axis % nd == nd - 1 and x.shape[-1] > 0
-            and x.dtype in (ns.float32, ns.float64))
+            and x.size >= MIN_ROWS * x.shape[-1] and x.dtype in (ns.float32, ns.float64))
+
+
+@functools.lru_cache(maxsize=32)
+def _ones(ns, n, dtype, device):
+    """A vector of ``n`` ones, made once per size, dtype and device (only ever read)."""
+    return ns.ones(n, dtype=dtype, device=device)
 
 
 def sum_last(ns, x, axis, keepdims: bool = False):
@@ -37,7 +51,7 @@ def sum_last(ns, x, axis, keepdims: bool = False):
     ``x``'s last (see the module's docstring)."""
     if not _by_product(ns, x, axis):
         return ns.sum(x, axis=axis, keepdims=keepdims)
-    s = ns.matmul(x, ns.ones(x.shape[-1], dtype=x.dtype, device=_device(x)))
+    s = ns.matmul(x, _ones(ns, x.shape[-1], x.dtype, _device(x)))
     return s[..., None] if keepdims else s
 
 
