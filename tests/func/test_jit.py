@@ -609,15 +609,17 @@ def test_fused_ops_with_residuals_under_jit_of_vmap_and_of_hessian(lib):
 
 @pytest.mark.parametrize("lib", BACKENDS)
 def test_products_with_one_are_dropped_only_where_exact(lib):
-    # x * 1 and x / 1 are x bit for bit (signed zeros, inf, NaN) when nothing broadcasts or
-    # promotes; a one that broadcasts x or changes its dtype stays an op, and so does a
-    # product that is an output
+    # x * 1 and x / 1 (a number or an array of ones) are x bit for bit (signed zeros, inf,
+    # NaN) when nothing broadcasts or promotes; a one that broadcasts x or changes its dtype
+    # stays an op, and so does a product that is an output
     xp = ns(lib)
     one = xp.asarray(1.0)
+    ones, almost = xp.ones(3), xp.asarray([1.0, 1.0, 2.0])  # (constants of the graph)
 
     def f(x, y):
         x32, neg = xp.astype(x, xp.float32), xp.negative  # (outputs stay their own buffers)
-        return neg(x * one), neg(1.0 * y / 1.0), neg(x * xp.ones((2, 3))), neg(x32 * one), neg(x32 * 1.0)
+        return (neg(x * one), neg(1.0 * y / 1.0), neg(x * xp.ones((2, 3))), neg(x32 * one), neg(x32 * 1.0),
+                neg(ones * x), neg(x / ones), neg(x * almost))
 
     jf = ember.jit(f)
     x = xp.asarray([-0.0, np.inf, np.nan])
@@ -626,7 +628,8 @@ def test_products_with_one_are_dropped_only_where_exact(lib):
         np.testing.assert_array_equal(raw(got), raw(want))
         assert np.signbit(raw(got)).tolist() == np.signbit(raw(want)).tolist()
     text = str(jf.lower(x, y))
-    assert text.count("multiply(") == 2 and "divide(" not in text  # (the broadcast, the promotion)
+    # (kept: the broadcast, the promotion, the array not all ones)
+    assert text.count("multiply(") == 3 and "divide(" not in text
     # an output stays its own buffer: writing into it leaves the input as it was
     h = ember.jit(lambda x: (x * 1.0, xp.sin(x * 1.0)))
     out, _ = h(x)

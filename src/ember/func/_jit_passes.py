@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import math
+
 from .. import backend as _backend
 from ..autodiff._ownership import _ufunc
 from ..autodiff._primitive import FRESH as _FRESH_PRIMITIVES
@@ -92,42 +94,49 @@ def fold_constants(g: Graph) -> None:
     _rewrite(g, replaced)
 
 
-def _is_one(c) -> bool:
-    """Whether constant ``c`` is a scalar one (a Python number or a 0-d array)."""
+def _is_one(c, d) -> bool:
+    """Whether constant ``c`` is a one (a Python number) or an array of ones (a 0-d one, a
+    transform's seed ``ones_like``) of up to :data:`_ONES_CHECKED` elements; ``d``: the
+    dispatcher whose namespace tests an array."""
     if c.__class__ in (int, float):
         return c == 1
     shape = getattr(c, "shape", None)
-    if shape is None or tuple(shape) != ():
+    if (shape is None or d is None or not all(n.__class__ is int for n in shape)
+            or not 0 < math.prod(shape) <= _ONES_CHECKED):
         return False
     try:
-        return bool(c == 1)
-    except Exception:  # (a backend that will not compare on the host)
+        return bool(d.raw_ns.all(c == 1))
+    except Exception:  # (a backend that will not compare on the host, a size it does not know)
         return False
+
+
+_ONES_CHECKED = 1 << 22  # (read once at compile time; a larger constant is left as it is)
 
 
 _UNIT_OPS = {"multiply": (0, 1), "divide": (1,)}  # op -> positions where a one changes nothing
 
 
 def _unit_operand(g: Graph, op, outs: set):
-    """The operand ``op`` passes through unchanged (``x`` of ``x * 1``, ``1 * x``, ``x / 1``
-    with the result of x's shape and real dtype, not an output), or None."""
+    """The operand ``op`` passes through unchanged (``x`` of ``x * 1``, ``1 * x``, ``x / 1``,
+    the one possibly an array of ones, with the result of x's shape and real dtype, not an
+    output), or None."""
     at = _UNIT_OPS.get(op.name)
     if at is None or len(op.args) != 2 or op.params or op.multi or op.outs[0] in outs:
         return None
     for i in at:
         one, x = op.args[i], op.args[1 - i]
-        if one.__class__ is Ref or x.__class__ is not Ref or not _is_one(one):
+        if one.__class__ is Ref or x.__class__ is not Ref:
             continue
         v, r, d = g.values[x.slot], g.values[op.outs[0]], g.disp[x.slot]
-        if (d is not None and tuple(v.shape) == tuple(r.shape) and v.dtype == r.dtype
+        if (d is not None and _is_one(one, d) and tuple(v.shape) == tuple(r.shape) and v.dtype == r.dtype
                 and d.xp.isdtype(v.dtype, ("real floating", "integral"))):
             return x
     return None
 
 
 def simplify(g: Graph) -> None:
-    """``x * 1``, ``1 * x`` and ``x / 1`` become ``x`` where the result has x's shape and real
-    dtype and is not an output (exact for every real value, signed zeros and NaN included;
+    """``x * 1``, ``1 * x`` and ``x / 1`` (the one a number or an array of ones) become ``x``
+    where the result has x's shape and real dtype and is not an output (exact for every real value, signed zeros and NaN included;
     not for complex ones: ``(a + inf j) * 1`` is ``nan + inf j``); a transform's unit
     cotangent is such a one."""
     outs: list = []

@@ -152,7 +152,8 @@ def _pow_dx(ns, g, ans, x, y):
     if isinstance(y, (bool, int, float, complex)):
         if y == 0:
             return ns.zeros_like(x)
-        d = y * ns.pow(x, y - 1)
+        # (a square's x^1 is x exactly: one op less, eagerly and in a jitted graph)
+        d = y * (x if y == 2 and y.__class__ is not complex else ns.pow(x, y - 1))
     else:
         # 0 where y == 0, as y * x^(y-1) with x^(y-1) kept finite (x set to 1 where it is 0,
         # inf or NaN) rather than a constant 0: its derivative in y, x^(y-1), is what a second
