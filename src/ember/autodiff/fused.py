@@ -54,7 +54,7 @@ erf.defvjp(_ew.erf_vjp)
 def _gelu_tanh(xp, x, keep_t):
     """``(0.5 x (1 + t), t)``, ``t = tanh(u)``; in place where :func:`in_place`, into ``t``'s
     buffer unless ``keep_t``."""
-    t = gelu_tanh_t(xp, x, x * x)
+    t = gelu_tanh_t(xp, x, x * x, spend_x2=True)
     if not in_place(xp, x):
         return (0.5 * x) * (1.0 + t), t
     if keep_t:
@@ -91,7 +91,11 @@ def _log_softmax_forward(xp, x, axis):
 
 def _softmax_forward(xp, x, axis):
     e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
-    return e / sum_last(xp, e, axis, keepdims=True)
+    s = sum_last(xp, e, axis, keepdims=True)
+    if in_place(xp, e):  # (e is this function's own: the same quotient, one array less)
+        e /= s
+        return e
+    return e / s
 
 
 softmax = Primitive(_softmax_forward, name="_softmax", fresh=True)

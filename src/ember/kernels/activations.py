@@ -40,11 +40,16 @@ def in_place(ns, x) -> bool:
     return getattr(ns, "_writes", False) and ns.isdtype(x.dtype, "real floating")
 
 
-def gelu_tanh_t(ns, x, x2):
-    """``tanh`` of :func:`gelu_tanh_u`; one temporary instead of four where :func:`in_place`."""
+def gelu_tanh_t(ns, x, x2, spend_x2: bool = False):
+    """``tanh`` of :func:`gelu_tanh_u`; one temporary instead of four where :func:`in_place`
+    (none where ``spend_x2``: the caller's ``x2`` is a temporary it may take)."""
     if not in_place(ns, x):
         return ns.tanh(gelu_tanh_u(ns, x, x2))
-    u = x2 * x
+    if spend_x2:
+        u = x2
+        u *= x
+    else:
+        u = x2 * x
     u *= GELU_K
     u += x
     u *= GELU_C
