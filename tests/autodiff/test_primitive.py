@@ -181,3 +181,20 @@ def test_primitive_on_raw_arrays_runs_the_forward_on_their_namespace():
 def test_bad_bound_is_a_clear_error():
     with pytest.raises(ValueError, match="bound must be"):
         ember.primitive(lambda xp, x: x, bound="fast")
+
+
+def test_a_primitive_named_as_a_staged_kernel_of_the_rules_stays_its_own_op():
+    # a user's "_ties" that returns its argument (an alias, not fresh) keeps its own key, so
+    # jit's buffer planning never takes it for the rules' run-time kernel of that name
+    import ember.autodiff.numpy as xp
+
+    same = ember.primitive(lambda ns_, x: x, name="_ties")
+    same.defvjp(lambda ns_, g, ans, x: g)
+    assert same.key != "_ties"
+
+    def f(x):
+        y = same(x)
+        return xp.sin(y) + x  # (x is read after y: writing into y's buffer would change x)
+
+    x = xp.asarray([0.5, 1.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(ember.jit(f)(x).raw), np.asarray(f(x).raw))

@@ -30,13 +30,15 @@ import array_api_compat
 
 from .._errors import NotDifferentiableError
 from ._rules._base import COMPUTE, MEMORY, RULES, defjvp, defvjp, defvjp_all
+from ._rules._util import RUN_TIME_KERNELS
 from ._batching import _PRIMITIVES
 from ._tensor import Tensor
 
 __all__ = ["primitive", "Primitive", "FRESH"]
 
-#: the keys of the primitives declared ``fresh``: their result is always a new buffer
-FRESH: set = set()
+#: the keys of the primitives declared ``fresh`` (their result is always a new buffer), and
+#: the rules' run-time kernels, whose results are too
+FRESH: set = set(RUN_TIME_KERNELS)
 
 NO_VJP = (
     "{name}: this ember.primitive has no VJP, so it cannot be differentiated. Register one "
@@ -74,7 +76,8 @@ class Primitive:
         self.bound = bound
         # the rule's key (and the op's name in messages): unique, so two primitives of one
         # name never share VJPs
-        self.key = self.name if self.name not in RULES else f"{self.name}#{next(_ids)}"
+        taken = self.name in RULES or self.name in RUN_TIME_KERNELS
+        self.key = f"{self.name}#{next(_ids)}" if taken else self.name
         self.specialize = specialize
         self.elementwise = elementwise
         self.fresh = fresh

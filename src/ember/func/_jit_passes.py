@@ -29,7 +29,7 @@ __all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "
 _FRESH = frozenset("""
     matmul tensordot vecdot sum prod mean max min var std cumulative_sum cumulative_prod
     concat stack where argmax argmin linalg.matmul linalg.tensordot linalg.vecdot
-    zeros_like ones_like full_like copy _select _ties _reduce_last
+    zeros_like ones_like full_like copy
 """.split())
 
 

@@ -105,6 +105,10 @@ def _decided_when_run(ns) -> bool:
 
 _KERNELS: dict = {}  # (dispatcher, name) -> a backend function made by run_time_kernel
 
+#: the names of the run-time kernels rules stage; each result is a new buffer (jit's buffer
+#: planning may write into it), and no primitive takes one of these names as its key
+RUN_TIME_KERNELS = frozenset({"_select", "_select_summed", "_ties", "_reduce_last"})
+
 
 def run_time_kernel(d, name: str, make):
     """Backend function ``name`` of dispatcher ``d``, made once by ``make(raw_ns)``: a rule's
@@ -112,6 +116,7 @@ def run_time_kernel(d, name: str, make):
     replays the fast method on every call where it is exact (``_select``, ``_ties``)."""
     k = _KERNELS.get((d, name))
     if k is None:
+        assert name in RUN_TIME_KERNELS, name
         k = _KERNELS[d, name] = make(d.raw_ns)
     return k
 
