@@ -87,6 +87,20 @@ def test_cond_branches_must_agree_where_both_run(xp):
         lax.cond(xp.asarray([True, False]), lambda a: a, lambda a: a, 1.0)
 
 
+def test_cond_branches_may_return_different_python_numbers_where_both_run(xp):
+    # a number is a leaf (a 0-d array once both branches run), as a while_loop's value is
+    def f(x):
+        return lax.cond(x[0] > 0, lambda a: (a * 2.0, 1.0), lambda a: (a - 1.0, 2.0), x)
+
+    jf, per = ember.jit(f), ember.vmap(f)
+    for x in (xp.asarray([1.0, 2.0]), xp.asarray([-1.0, 2.0])):
+        got, want = jf(x), f(x)
+        same(got[0], want[0])
+        assert got[1].shape == () and float(got[1]) == want[1]
+    ys, ks = per(xp.asarray([[1.0, 2.0], [-1.0, 2.0]]))
+    assert np.asarray(ks.raw).tolist() == [1.0, 2.0]
+
+
 # ---------------------------------------------------------------------- loops
 def test_fori_loop_eagerly_under_jit_and_grad(xp):
     def f(x, n):

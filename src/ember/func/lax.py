@@ -85,8 +85,9 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     Where ``pred`` is known (eagerly, under ``grad``, a static value under jit)
     only the chosen branch runs. Where it is a traced (``jit``) or batched
     (``vmap``) scalar, both run and each result leaf is ``where(pred, t, f)``:
-    the branches must then return the same structure, shapes and dtypes, and
-    the gradient flows into the chosen one only.
+    the branches must then return the same structure, shapes and dtypes (a
+    Python number becomes a 0-d array, so the branches may return different
+    ones), and the gradient flows into the chosen one only.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> f = ember.jit(lambda x: ember.lax.cond(x > 0, xp.sin, xp.cos, x))
@@ -98,12 +99,12 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
         return true_fun(*operands) if known else false_fun(*operands)
     xp = pred.__array_namespace__()
     t, f = true_fun(*operands), false_fun(*operands)
-    lt, dt = _tree.flatten(t)
-    lf, df = _tree.flatten(f)
+    lt, dt = _tree.flatten(t, is_leaf=_is_number)  # (numbers as leaves: 0-d arrays, as in
+    lf, df = _tree.flatten(f, is_leaf=_is_number)  # while_loop; branches may return different ones)
     if dt != df:
         raise StructureError(BRANCHES_DIFFER.format(detail=f"true_fun gave {dt}, false_fun {df}"))
     out = []
-    for path, a, b in zip(_tree.paths(t), lt, lf):
+    for path, a, b in zip(dt.paths(), lt, lf):
         a, b = _as_array(xp, a), _as_array(xp, b)
         if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
             where = f"at {path}: " if str(path) else ""
