@@ -136,9 +136,9 @@ def _unit_operand(g: Graph, op, outs: set):
 
 def simplify(g: Graph) -> None:
     """``x * 1``, ``1 * x`` and ``x / 1`` (the one a number or an array of ones) become ``x``
-    where the result has x's shape and real dtype and is not an output (exact for every real value, signed zeros and NaN included;
-    not for complex ones: ``(a + inf j) * 1`` is ``nan + inf j``); a transform's unit
-    cotangent is such a one."""
+    where the result has x's shape and real dtype and is not an output (exact for every
+    real value, signed zeros and NaN included; not for complex ones: ``(a + inf j) * 1`` is
+    ``nan + inf j``); a transform's unit cotangent and its seed of ones are such ones."""
     outs: list = []
     _collect(g.outputs, outs)
     outs = set(outs)  # (an output stays its own buffer, as eagerly: never an alias of x)

@@ -3,7 +3,8 @@
 The forward is the composition ``(x - mean) / sqrt(var + eps) * w + b`` over
 the normalized (last) axes, the same operations in the same order (a mean
 over the last axis alone of a backend array is a product with ones:
-``kernels.mean_last``), so the same values up to that sum's rounding. With the normalized input ``y = (x - mean) / s``,
+``kernels.mean_last``), so the same values up to that sum's rounding. With
+the normalized input ``y = (x - mean) / s``,
 ``s = sqrt(var + eps)`` (kept by a one-level forward, else recomputed),
 ``gy = g * w`` and means over the normalized axes, the VJP is::
 
