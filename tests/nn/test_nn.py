@@ -531,3 +531,26 @@ def test_cnn_digits_reaches_97_percent_in_two_minutes():
     _, acc, seconds = cnn_digits.train(10, log=False)
     assert acc >= 0.97
     assert seconds < 120
+
+
+@pytest.mark.parametrize("layer", ["softmax", "log_softmax", "layer_norm", "cross_entropy"])
+def test_row_sums_by_a_product_with_ones_give_gradients_equal_to_finite_differences(layer):
+    # 600 rows: the forward's and the VJP's sums along the last axis are products with ones
+    # (kernels.sum_last); directional derivatives against central differences, float64
+    rng = np.random.default_rng(11)
+    x0, t0 = rng.standard_normal((600, 7)), rng.standard_normal((600, 7))
+    norm = nn.LayerNorm(xp.asarray(rng.uniform(0.5, 2.0, 7)), xp.asarray(rng.standard_normal(7)), (7,))
+    probs = xp.asarray(np.abs(t0) / np.abs(t0).sum(axis=-1, keepdims=True))
+    f = {"softmax": lambda x: nn.softmax(x, axis=-1), "log_softmax": lambda x: nn.log_softmax(x, axis=-1),
+         "layer_norm": norm, "cross_entropy": lambda x: nn.cross_entropy(x, probs)}[layer]
+    t = xp.asarray(t0)
+
+    def loss(x):
+        return xp.sum(xp.sin(f(x)) * t) if layer != "cross_entropy" else f(x)
+
+    g = np.asarray(ember.grad(loss)(xp.asarray(x0)).raw)
+    for _ in range(3):
+        v = rng.standard_normal(x0.shape)
+        h = 1e-6
+        fd = (float(loss(xp.asarray(x0 + h * v))) - float(loss(xp.asarray(x0 - h * v)))) / (2 * h)
+        np.testing.assert_allclose(float(np.sum(g * v)), fd, rtol=1e-6, atol=1e-7)
