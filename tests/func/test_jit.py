@@ -661,3 +661,21 @@ def test_jitted_maximum_gradient_decides_ties_and_infs_on_each_calls_values():
             assert np.signbit(raw(got)).tolist() == np.signbit(raw(want)).tolist()
     assert g.trace_count == 1
     assert "_ties(" in str(g.lower(*args)) and "where(" not in str(g.lower(*args))
+
+
+def test_a_call_whose_structure_differs_from_the_last_ones_retraces():
+    # each call's arguments are checked against the previous call's structure first
+    # (TreeDef.leaves_of); a different key, length or constant is a new signature
+    import ember.autodiff.numpy as xp
+
+    f = ember.jit(lambda p, scale: {k: v * scale for k, v in p.items()})
+    a, b = xp.asarray([1.0, 2.0]), xp.asarray([3.0])
+    calls = [({"a": a}, 2.0), ({"a": a, "b": b}, 2.0), ({"a": a}, 2.0), ({"b": a}, 2.0),
+             ({"a": a, "b": b}, 3.0), ({"a": b}, 2.0)]
+    for p, scale in calls:
+        got = f(p, scale)
+        assert sorted(got) == sorted(p)
+        for k in p:
+            np.testing.assert_array_equal(raw(got[k]), raw(p[k]) * scale)
+    # ({a}, {a, b}, {b}, {a, b} again with its number traced once it changed, {a} of another shape)
+    assert f.trace_count == 5

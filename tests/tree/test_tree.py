@@ -471,3 +471,47 @@ def test_error_texts_are_constants() -> None:
     assert "{path}" in _ops.STRUCTURE_MISMATCH and "{left}" in _ops.STRUCTURE_MISMATCH
     assert "{expected}" in _ops.LEAF_COUNT_MISMATCH
     assert "{text" in _paths.PARSE_ERROR
+
+
+# ----------------------------------------------------------------------------- leaves_of
+
+
+def _numbers(x: Any) -> bool:
+    return x.__class__ is int or x.__class__ is float
+
+
+def _same_leaves(got: Any, want: list[Any]) -> bool:
+    return got is not None and len(got) == len(want) and all(g is w for g, w in zip(got, want))
+
+
+@settings(deadline=None, max_examples=200)
+@given(a=trees, b=trees, numbers_are_leaves=st.booleans())
+def test_leaves_of_is_flatten_where_the_structure_is_the_treedef_else_none(a, b, numbers_are_leaves):
+    il = _numbers if numbers_are_leaves else None
+    la, ta = tree.flatten(a, il)
+    assert _same_leaves(ta.leaves_of(a, il), la)
+    new = [np.full((2,), float(i)) for i in range(len(la))]  # (the same structure, new leaves)
+    assert _same_leaves(ta.leaves_of(ta.unflatten(new), il), new)
+    lb, tb = tree.flatten(b, il)
+    got = ta.leaves_of(b, il)
+    assert _same_leaves(got, lb) if tb == ta else got is None
+
+
+def test_leaves_of_refuses_what_flatten_would_structure_differently():
+    a = np.zeros(2)
+    td = tree.structure({"w": a, "layer": Linear(a, None, "relu"), "xs": [a, (a, 1.0)]})
+    assert len(td.leaves_of({"w": a, "layer": Linear(a, None, "relu"), "xs": [a, (a, 1.0)]})) == 4
+    for other in (
+        {"w": a, "layer": Linear(a, None, "tanh"), "xs": [a, (a, 1.0)]},  # a static field
+        {"w": a, "layer": Linear(a, a, "relu"), "xs": [a, (a, 1.0)]},  # a leaf for a constant
+        {"w": a, "layer": Linear(a, None, "relu"), "xs": [a, (a, 2.0)]},  # a constant's value
+        {"w": a, "layer": Linear(a, None, "relu"), "xs": [a, [a, 1.0]]},  # a list for a tuple
+        {"w": {"x": a}, "layer": Linear(a, None, "relu"), "xs": [a, (a, 1.0)]},  # a node for a leaf
+        {"w": a, "v": a, "layer": Linear(a, None, "relu"), "xs": [a, (a, 1.0)]},  # a key more
+        collections.OrderedDict(w=a, layer=Linear(a, None, "relu"), xs=[a, (a, 1.0)]),  # the class
+    ):
+        assert td.leaves_of(other) is None
+    # a number is a leaf only where is_leaf says so
+    tn = tree.structure({"step": 3, "w": a}, is_leaf=_numbers)
+    assert tn.leaves_of({"step": 4, "w": a}, is_leaf=_numbers)[0] == 4
+    assert tn.leaves_of({"step": 4, "w": a}) is None

@@ -194,6 +194,7 @@ class Jitted:
         # look of every call
         self._fast: dict = {}
         self._scalar_retraces = 0
+        self._last_def = None  # (treedef, is_leaf) of the latest call's arguments
         self.trace_count = 0
         functools.update_wrapper(self, f)
         self._name = getattr(f, "__name__", "f")
@@ -214,7 +215,14 @@ class Jitted:
                 raise TypeError(UNHASHABLE_STATIC.format(name=self._name, i=i, kind=type(v).__name__)) from None
             skey.append((i, v.__class__, v))
             dyn[i] = _STATIC
-        leaves, treedef = _tree.flatten((tuple(dyn), kwargs), is_leaf=is_leaf)
+        tree = (tuple(dyn), kwargs)
+        last = self._last_def  # (the structure of the previous call, checked in straight-line code)
+        if last is not None and last[1] is is_leaf:
+            leaves = last[0].leaves_of(tree, is_leaf)
+            if leaves is not None:
+                return leaves, last[0], tuple(skey)
+        leaves, treedef = _tree.flatten(tree, is_leaf=is_leaf)
+        self._last_def = (treedef, is_leaf)
         return leaves, treedef, tuple(skey)
 
     def _parts(self, leaves) -> tuple:
