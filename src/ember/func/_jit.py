@@ -194,7 +194,7 @@ class Jitted:
         # look of every call
         self._fast: dict = {}
         self._scalar_retraces = 0
-        self._last_def = None  # (treedef, is_leaf) of the latest call's arguments
+        self._last_def = None  # (treedef, is_leaf, repeated) of the latest call's arguments
         self.trace_count = 0
         functools.update_wrapper(self, f)
         self._name = getattr(f, "__name__", "f")
@@ -216,13 +216,14 @@ class Jitted:
             skey.append((i, v.__class__, v))
             dyn[i] = _STATIC
         tree = (tuple(dyn), kwargs)
-        last = self._last_def  # (the structure of the previous call, checked in straight-line code)
-        if last is not None and last[1] is is_leaf:
+        last = self._last_def  # (treedef, is_leaf, whether two calls in a row had it)
+        if last is not None and last[2] and last[1] is is_leaf:
+            # a structure that repeats: checked in straight-line code made once for it
             leaves = last[0].leaves_of(tree, is_leaf)
             if leaves is not None:
                 return leaves, last[0], tuple(skey)
         leaves, treedef = _tree.flatten(tree, is_leaf=is_leaf)
-        self._last_def = (treedef, is_leaf)
+        self._last_def = (treedef, is_leaf, last is not None and last[1] is is_leaf and last[0] == treedef)
         return leaves, treedef, tuple(skey)
 
     def _parts(self, leaves) -> tuple:
