@@ -406,21 +406,27 @@ def test_buffer_planning_writes_into_a_dying_transpose_never_into_a_read_only_vi
     assert "[in place of" not in str(jh.lower(a)).split("multiply")[1].split("\n")[0]
 
 
-@pytest.mark.parametrize("lib", BACKENDS)
-def test_a_primitives_residuals_are_computed_by_its_staged_op_on_each_calls_values(lib):
-    # a primitive with defresiduals under jit(grad): the forward op also yields what the
-    # node keeps, and the VJP reads those slots (never the staging values as constants)
-    xp = ns(lib)
-
+def _sum_exp_with_residuals(name, jit_only=False):
+    """``sum(exp(x))`` as a primitive whose forward keeps ``exp(x)`` as a residual, and the
+    list of whether each VJP call got it."""
     def fwd(ns_, x):
         e = ns_.exp(x)
         return ns_.sum(e), {"e": e}
 
     calls = []
-    sum_exp = ember.primitive(lambda ns_, x: ns_.sum(ns_.exp(x)), name="sum_exp")
+    sum_exp = ember.primitive(lambda ns_, x: ns_.sum(ns_.exp(x)), name=name)
     sum_exp.defvjp(lambda ns_, g, ans, x, e=None: calls.append(e is not None) or g * (
         ns_.exp(x) if e is None else e))
-    sum_exp.defresiduals(fwd)
+    sum_exp.defresiduals(fwd, jit_only=jit_only)
+    return sum_exp, calls
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_a_primitives_residuals_are_computed_by_its_staged_op_on_each_calls_values(lib):
+    # a primitive with defresiduals under jit(grad): the forward op also yields what the
+    # node keeps, and the VJP reads those slots (never the staging values as constants)
+    xp = ns(lib)
+    sum_exp, calls = _sum_exp_with_residuals("sum_exp")
 
     def loss(x, w):
         return sum_exp(x * w)
@@ -463,16 +469,7 @@ def test_jit_only_residuals_are_kept_by_jits_graph_and_not_by_an_eager_tape(lib)
     # defresiduals(jit_only=True): jit(grad) stages the residual forward and the VJP reads
     # its slot; an eager tape keeps the input alone and the VJP recomputes (same values)
     xp = ns(lib)
-
-    def fwd(ns_, x):
-        e = ns_.exp(x)
-        return ns_.sum(e), {"e": e}
-
-    calls = []
-    sum_exp = ember.primitive(lambda ns_, x: ns_.sum(ns_.exp(x)), name="sum_exp_jit_only")
-    sum_exp.defvjp(lambda ns_, g, ans, x, e=None: calls.append(e is not None) or g * (
-        ns_.exp(x) if e is None else e))
-    sum_exp.defresiduals(fwd, jit_only=True)
+    sum_exp, calls = _sum_exp_with_residuals("sum_exp_jit_only", jit_only=True)
 
     def loss(x, w):
         return sum_exp(x * w)

@@ -194,13 +194,13 @@ class Jitted:
         # look of every call
         self._fast: dict = {}
         self._scalar_retraces = 0
-        self._last_def = None  # (treedef, is_leaf, repeated) of the latest call's arguments
+        self._last_def = None  # (treedef, repeated) of the latest call's arguments
         self.trace_count = 0
         functools.update_wrapper(self, f)
         self._name = getattr(f, "__name__", "f")
 
     # ------------------------------------------------------------ signature
-    def _split(self, args, kwargs, is_leaf=None):
+    def _split(self, args, kwargs):
         n = len(args)
         static = tuple(sorted({i + n if i < 0 else i for i in self._static}))
         skey = []
@@ -216,14 +216,14 @@ class Jitted:
             skey.append((i, v.__class__, v))
             dyn[i] = _STATIC
         tree = (tuple(dyn), kwargs)
-        last = self._last_def  # (treedef, is_leaf, whether two calls in a row had it)
-        if last is not None and last[2] and last[1] is is_leaf:
+        last = self._last_def  # (treedef, whether two calls in a row had it)
+        if last is not None and last[1]:
             # a structure that repeats: checked in straight-line code made once for it
-            leaves = last[0].leaves_of(tree, is_leaf)
+            leaves = last[0].leaves_of(tree, _is_number)
             if leaves is not None:
                 return leaves, last[0], tuple(skey)
-        leaves, treedef = _tree.flatten(tree, is_leaf=is_leaf)
-        self._last_def = (treedef, is_leaf, last is not None and last[1] is is_leaf and last[0] == treedef)
+        leaves, treedef = _tree.flatten(tree, is_leaf=_is_number)
+        self._last_def = (treedef, last is not None and last[0] == treedef)
         return leaves, treedef, tuple(skey)
 
     def _parts(self, leaves) -> tuple:
@@ -263,7 +263,7 @@ class Jitted:
     def _signature(self, args, kwargs) -> tuple:
         """``(leaves, treedef, base, nums)``: the leaves (Python numbers among them), the
         signature without the numbers' values, and those values."""
-        leaves, treedef, skey = self._split(args, kwargs, _is_number)
+        leaves, treedef, skey = self._split(args, kwargs)
         parts, nums = self._parts(leaves)
         return leaves, treedef, (treedef, skey, parts), nums
 

@@ -2,8 +2,8 @@
 
 - :func:`fold_constants`: an op none of whose inputs is a graph value becomes
   the constant it computed while staging;
-- :func:`simplify`: products with a scalar one (a unit cotangent) and
-  divisions by one are dropped;
+- :func:`simplify`: products with a one (a unit cotangent, a seed array of
+  ones) and divisions by one are dropped;
 - :func:`eliminate_common`: two calls of one function on the same inputs and
   parameters become one (backend functions are pure);
 - :func:`eliminate_dead`: ops no output depends on are dropped;
