@@ -279,6 +279,30 @@ def test_reductions_rows_compute_the_same_sums(dtype, tmp_path, monkeypatch):
     _check_json(tmp_path / f"{wl.name}.json", wl.name, "us/call", list(wl.impls))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fusion_rows_compute_the_same_values(dtype, tmp_path, monkeypatch):
+    # NumPy's calls and the fused program of each kind compute the same (to rounding); then a
+    # tiny run
+    import numpy as np
+
+    import ember.backend as eb
+
+    if eb.fuser(eb.get("numpy")) is None:
+        pytest.skip("numexpr is not installed (pip install ember[fuse]); tests/backend/test_fusion.py skips too")
+    mod = _load_script("fusion", monkeypatch)
+    monkeypatch.setattr(mod, "SIZES", (8, 70))
+    dt = np.dtype(dtype).type
+    for steps in (mod.TRANSCENDENTAL, mod.ARITHMETIC):
+        for n in mod.SIZES:
+            want = mod.setup(dt, steps, n, "calls")()
+            got = mod.setup(dt, steps, n, "fused")()
+            assert got.dtype == want.dtype and got.shape == (n,)
+            np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "float32" else 1e-12)
+    (wl,) = [wk for wk in mod.workloads() if wk.name == f"fusion_{dtype}"]
+    mod.run_cli([wl], [*_TINY, "--results-dir", str(tmp_path)])
+    _check_json(tmp_path / f"{wl.name}.json", wl.name, "us/call", list(wl.impls))
+
+
 def test_chain_minimal_tape_computes_embers_gradient(monkeypatch):
     # the chain's floor row must differentiate the whole chain (every op's VJP, the x + y fan-in)
     import numpy as np

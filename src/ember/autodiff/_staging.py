@@ -57,7 +57,7 @@ class Op:
     into ``outs``; None marks an element that is not an array).
     """
 
-    __slots__ = ("name", "fn", "args", "params", "outs", "multi", "dynamic", "out_into")
+    __slots__ = ("name", "fn", "args", "params", "outs", "multi", "dynamic", "out_into", "note")
 
     def __init__(self, name, fn, args, params, outs, multi=False, dynamic=False):
         self.name = name
@@ -68,6 +68,7 @@ class Op:
         self.multi = multi
         self.dynamic = dynamic
         self.out_into = None  # buffer planning: the slot whose buffer receives the result
+        self.note = None  # what a listing shows after the call (a fused op: its expression)
 
     def refs(self):
         """The slots this op reads (arguments and dynamic parameters)."""

@@ -20,14 +20,17 @@ from ember.backend._capabilities import (
     may_share_memory,
     random_source,
 )
+from ember.backend._fusion import Fuser, fuser
 from ember.backend._registry import KNOWN, available, get, name, raw
 
 __all__ = [
     "KNOWN",
     "Capabilities",
+    "Fuser",
     "RandomSource",
     "available",
     "capabilities",
+    "fuser",
     "get",
     "may_share_memory",
     "name",

@@ -23,6 +23,7 @@ def gather() -> list[dict]:
                 lazy=caps.lazy,
                 devices=", ".join(str(d) for d in caps.devices) or "-",
                 random=caps.random,
+                fuser=getattr(backend.fuser(xp), "name", None) or "-",
             )
             ns = namespace(xp)
             x = ns.asarray([1.0, 2.0, 3.0])

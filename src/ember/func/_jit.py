@@ -74,7 +74,7 @@ def _argnums(v, what) -> tuple:
 
 
 def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
-        donate: int | Sequence[int] = (), persist: bool = True) -> Any:
+        donate: int | Sequence[int] = (), persist: bool = True, fuse: bool = True) -> Any:
     """Compile ``f``: trace it once per input signature, then replay its backend calls.
 
     ``static_argnums``: positions of arguments that are part of the signature
@@ -86,6 +86,11 @@ def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     ``persist``: on a lazy backend (Dask) each call persists its results (one
     ``ember.persist``), so a jitted training step builds one graph per call and
     the parameters' graphs never grow from step to step; ``False`` keeps them lazy.
+    ``fuse``: where the backend has an elementwise compiler (``ember.backend.fuser``:
+    NumPy with numexpr, the ``fuse`` extra), trees of small elementwise ops run as one
+    call each; their results may then differ from eager ones in the last bits (other
+    kernels compute ``sin``, ``exp``, ...); ``False`` replays NumPy's own calls, bitwise
+    equal to eager.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> f = ember.jit(lambda x: xp.sum(xp.sin(x) ** 2))
@@ -95,8 +100,8 @@ def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     1
     """
     if f is None:
-        return lambda g: jit(g, static_argnums=static_argnums, donate=donate, persist=persist)
-    return Jitted(f, _argnums(static_argnums, "static_argnums"), _argnums(donate, "donate"), persist)
+        return lambda g: jit(g, static_argnums=static_argnums, donate=donate, persist=persist, fuse=fuse)
+    return Jitted(f, _argnums(static_argnums, "static_argnums"), _argnums(donate, "donate"), persist, fuse)
 
 
 class _Static:
@@ -184,9 +189,11 @@ class Lowered:
 class Jitted:
     """A jit-compiled function (see :func:`jit`); ``trace_count`` counts the traces so far."""
 
-    def __init__(self, f: Callable, static_argnums: tuple, donate: tuple, persist: bool = True):
+    def __init__(self, f: Callable, static_argnums: tuple, donate: tuple, persist: bool = True,
+                 fuse: bool = True):
         self._f = f
         self._persist = persist
+        self._fuse = fuse
         self._static = static_argnums
         self._donate = donate
         self._cache: dict = {}  # signature without the numbers' values -> _Base
@@ -461,7 +468,7 @@ class Jitted:
         g.outputs = outputs
         donated_leaves = self._donated_leaves(args, leaves, treedef)
         pos = {j: i for i, j in enumerate(in_idx)}  # leaf index -> graph input
-        run_passes(g, {g.inputs[pos[j]] for j in donated_leaves})
+        run_passes(g, {g.inputs[pos[j]] for j in donated_leaves}, self._fuse)
         c = _Compiled()
         c.graph = g
         c.fn, c.src, c.check = compile_graph(g, self._name)

@@ -7,9 +7,12 @@
 - :func:`eliminate_common`: two calls of one function on the same inputs and
   parameters become one (backend functions are pure);
 - :func:`eliminate_dead`: ops no output depends on are dropped;
+- :func:`~ember.func._jit_fusion.fuse_elementwise` (``fuse=True``): trees of
+  small elementwise ops become one call of the backend's fuser;
 - :func:`plan_buffers`: an elementwise op whose input dies at that op writes
   its result into that input's buffer (``out=``), where the backend's
-  capabilities say its ufuncs take ``out=`` and write in place. What ``consume``
+  capabilities say its ufuncs take ``out=`` and write in place (a fused call:
+  into a donated input's buffer only). What ``consume``
   decides at run time from reference counts is decided here from liveness.
 """
 
@@ -21,6 +24,7 @@ from .. import backend as _backend
 from ..autodiff._ownership import _ufunc
 from ..autodiff._primitive import FRESH as _FRESH_PRIMITIVES
 from ..autodiff._staging import Graph, Op, Ref, _collect
+from ._jit_fusion import FUSED, fuse_elementwise
 
 __all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes"]
 
@@ -255,6 +259,8 @@ def plan_buffers(g: Graph, donated: set) -> None:
                 made_by[s] = op.name
         d = g.disp[op.outs[0]] if op.outs and op.outs[0] is not None else None
         u = _ufunc_of(op, d) if d is not None and _writes_out(d) else None
+        if u is None and op.name == FUSED:  # (it writes into a donated input only, see below)
+            u = _backend.fuser(d.xp)
         ufuncs[i] = u
         declared = op.name in _FRESH or op.name in _FRESH_PRIMITIVES
         is_fresh = (u is not None or declared) and not op.multi
@@ -295,7 +301,8 @@ def plan_buffers(g: Graph, donated: set) -> None:
         o = op.outs[0]
         ov = g.values[o]
         args = op.args
-        if len(args) != getattr(u, "nin", -1):
+        fused = op.name == FUSED
+        if not fused and len(args) != getattr(u, "nin", -1):
             continue
         for a in args:
             if a.__class__ is not Ref:
@@ -310,15 +317,17 @@ def plan_buffers(g: Graph, donated: set) -> None:
                 b = s
             else:
                 continue
-            if not fresh[b] or last[b] != i or b in taken:
-                continue
+            if not fresh[b] or last[b] != i or b in taken or (fused and b not in donated):
+                continue  # (a fused call's keywords cost more than a small new buffer)
             if b != s and (made_by[s] not in _WRITABLE_VIEWS or any(
                     o is not a and o.__class__ is Ref and b in (roots[o.slot] or ()) for o in args)):
                 continue  # (not a whole-buffer view, or the op reads that buffer through another)
             v = g.values[s]
             if v.shape != ov.shape or v.dtype != ov.dtype or len(v.shape) == 0:
                 continue
-            if op.fn is not u:  # a fix for some dtypes around the ufunc: not this one's
+            if fused:
+                op.params = dict(u.out_params)
+            elif op.fn is not u:  # a fix for some dtypes around the ufunc: not this one's
                 if ov.dtype in getattr(op.fn, "dtypes", ()):
                     break
                 op.fn = u
@@ -329,10 +338,12 @@ def plan_buffers(g: Graph, donated: set) -> None:
             break
 
 
-def run_passes(g: Graph, donated: set) -> None:
+def run_passes(g: Graph, donated: set, fuse: bool = True) -> None:
     """All passes, in order."""
     fold_constants(g)
     simplify(g)
     eliminate_common(g)
     eliminate_dead(g)
+    if fuse:
+        fuse_elementwise(g)
     plan_buffers(g, donated)

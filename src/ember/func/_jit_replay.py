@@ -184,7 +184,8 @@ def describe(g: Graph, name: str, passes: str = "") -> str:
         outs = ", ".join("_" if s is None else f"v{s}: {_spec(g.values[s])}" for s in op.outs)
         a = [arg(x) for x in op.args] + [f"{k}={arg(v)}" for k, v in op.params.items()]
         into = f"  [in place of v{op.out_into}]" if op.out_into is not None else ""
-        lines.append(f"  {outs} = {op.name}({', '.join(a)}){into}")
+        note = f"  # {op.note}" if op.note else ""
+        lines.append(f"  {outs} = {op.name}({', '.join(a)}){into}{note}")
     lines.append(f"  return {', '.join(arg(o) for o in g.outputs)}")
     lines.append("}")
     if passes:

@@ -105,9 +105,10 @@ def _decided_when_run(ns) -> bool:
 
 _KERNELS: dict = {}  # (dispatcher, name) -> a backend function made by run_time_kernel
 
-#: the names of the run-time kernels rules stage; each result is a new buffer (jit's buffer
-#: planning may write into it), and no primitive takes one of these names as its key
-RUN_TIME_KERNELS = frozenset({"_select", "_select_summed", "_ties", "_reduce_last"})
+#: the names of the run-time kernels rules stage (and of jit's fused elementwise calls,
+#: ``_fused``); each result is a new buffer (jit's buffer planning may write into it), and no
+#: primitive takes one of these names as its key
+RUN_TIME_KERNELS = frozenset({"_select", "_select_summed", "_ties", "_reduce_last", "_fused"})
 
 
 def run_time_kernel(d, name: str, make):

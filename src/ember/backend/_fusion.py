@@ -1,0 +1,240 @@
+"""Elementwise fusion: a graph of elementwise functions compiled into one backend call.
+
+A jitted graph of many small elementwise calls pays the library's fixed cost
+per call (about 0.4 us in NumPy) for each of them; a backend's *fuser* turns a
+whole graph of them into one call. NumPy's comes from numexpr (the ``fuse``
+extra): ember writes the program of numexpr's virtual machine itself, one
+instruction per function and one register per value, so a value read by
+several functions is computed once. Like every ability it is probed, here on
+first use (numexpr's import is not paid by programs that never jit): a
+backend without a fuser runs its calls as they are.
+
+A program is a list of instructions ``(name, dtype, args)`` in order: ``name``
+an array-API function, ``dtype`` the real dtype its operands compute in
+(``"bool"`` for logical functions), each arg ``("in", k)`` (the k-th input),
+``("const", number)`` or ``("node", j)`` (instruction j's result). The last
+instruction's result is the call's result.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ember.backend._registry import raw
+
+__all__ = ["Fuser", "fuser"]
+
+#: function -> signature class: "float" (real floating operands and result), "compare"
+#: (real floating operands, bool result), "logic" (bool operands and result), "where"
+#: ((bool, float, float) -> float)
+SIGNATURES = {
+    **{n: "float" for n in (
+        "add", "subtract", "multiply", "divide", "pow", "negative", "positive", "square", "sqrt",
+        "abs", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh",
+        "asinh", "acosh", "atanh", "exp", "expm1", "log", "log1p", "log2", "log10", "floor",
+        "ceil", "trunc", "hypot", "copysign", "maximum", "minimum")},
+    **{n: "compare" for n in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal")},
+    **{n: "logic" for n in ("logical_and", "logical_or", "logical_xor", "logical_not",
+                            "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_invert")},
+    "where": "where",
+}
+#: functions one instruction computes: numexpr runs the others (a polynomial or a library
+#: call per element) slower per element than NumPy's vector loops
+_CHEAP = frozenset({"add", "subtract", "multiply", "divide", "negative", "positive", "square",
+                    "abs", "floor", "ceil", "trunc", "copysign", "maximum", "minimum", "where"}
+                   | {n for n, k in SIGNATURES.items() if k in ("compare", "logic")})
+
+
+@dataclass(frozen=True)
+class Fuser:
+    """A backend's elementwise compiler.
+
+    Attributes:
+        name: the library that compiles (``"numexpr"``).
+        signatures: array-API function name -> its signature class (``"float"``,
+            ``"compare"``, ``"logic"``, ``"where"``) for the functions it compiles.
+        dtypes: the real floating dtypes (names) it computes in; bools are always allowed.
+        max_inputs: the most inputs one compiled call takes.
+        max_elements: function name -> the largest result (elements) worth fusing: above
+            it one library call per function is as fast as the fused one (measured in
+            ``benchmarks/fusion.py``).
+        out_params: the keywords a compiled call takes beside ``out=`` to write its
+            result into an existing array of the result's shape and dtype (which may be
+            one of its inputs).
+    """
+
+    name: str
+    signatures: dict = field(repr=False)
+    dtypes: frozenset
+    max_inputs: int
+    max_elements: dict = field(repr=False)
+    out_params: dict = field(repr=False)
+    _compile: Callable = field(repr=False)
+
+    def compile(self, program: list, input_dtypes: list[str]) -> Callable:
+        """One function of the inputs (backend arrays of ``input_dtypes``, in order)
+        computing ``program`` (see the module docstring); it raises ValueError when the
+        library cannot compile it (too many values alive at once)."""
+        return self._compile(program, input_dtypes)
+
+
+# --- numexpr ------------------------------------------------------------------
+
+_OPS = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "pow": "pow",
+        "negative": "neg", "sqrt": "sqrt", "where": "where", "greater": "gt", "greater_equal": "ge",
+        "equal": "eq", "not_equal": "ne", "logical_and": "and", "bitwise_and": "and",
+        "logical_or": "or", "bitwise_or": "or", "logical_xor": "xor", "bitwise_xor": "xor",
+        "logical_not": "invert", "bitwise_invert": "invert"}
+_SWAPPED = {"less": "gt", "less_equal": "ge"}  # (numexpr has a > b, not b < a)
+_FUNCS = {"abs": "absolute", "asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2",
+          "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}
+_CODES = {"float64": "d", "float32": "f", "bool": "b"}
+_REGISTERS = 255  # (one byte a register; 255 means "none")
+
+
+def _numexpr_fuser(interpreter: Any, np: Any) -> Fuser:
+    opcodes, funccodes = interpreter.opcodes, interpreter.funccodes
+    number = {"float64": float, "float32": np.float32, "bool": bool}
+
+    def instruction(name: str, dtype: str, out: int, regs: list) -> bytes:
+        """The VM instruction(s) of ``name`` writing register ``out`` from ``regs``."""
+        t = _CODES[dtype]
+        kind = SIGNATURES[name]
+        if name in _SWAPPED:
+            name, regs = _SWAPPED[name], regs[::-1]
+        elif name == "square":
+            name, regs = "multiply", regs * 2
+        ret = "b" if kind in ("compare", "logic") else t
+        args = "b" + t + t if kind == "where" else ("b" if kind == "logic" else t) * len(regs)
+        op = opcodes.get(f"{_OPS.get(name, name)}_{ret}{args}".encode())
+        if op is not None:
+            if len(regs) == 3:  # (a third operand goes into a no-op instruction after it)
+                return bytes([op, out, *regs[:2], opcodes[b"noop"], regs[2], 255, 255])
+            return bytes([op, out, *regs] + [255] * (2 - len(regs)))
+        code = funccodes.get(f"{_FUNCS.get(name, name)}_{ret}{args}".encode())
+        op = opcodes.get(f"func_{ret}{args}n".encode())
+        if code is None or op is None:
+            raise ValueError(f"numexpr has no {name} on {dtype}")
+        if len(regs) == 2:  # (the function's code goes into a no-op instruction after it)
+            return bytes([op, out, *regs, opcodes[b"noop"], code, 255, 255])
+        return bytes([op, out, *regs, code])
+
+    def const_key(dtype: str, v: Any) -> tuple:
+        return ("bool" if v.__class__ is bool else dtype, repr(v))  # (repr: -0.0 is not 0.0)
+
+    def compile_program(program: list, input_dtypes: list[str]) -> Callable:
+        # registers: 0 the result, then the inputs, the constants, the temporaries
+        n_in = len(input_dtypes)
+        consts: list = []
+        const_reg: dict = {}
+        last: dict = {}  # instruction -> the last instruction reading its result
+        for i, (_, dtype, args) in enumerate(program):
+            for a in args:
+                if a[0] == "node":
+                    last[a[1]] = i
+                elif a[0] == "const":
+                    k = const_key(dtype, a[1])
+                    if k not in const_reg:
+                        const_reg[k] = 1 + n_in + len(consts)
+                        consts.append(number[k[0]](a[1]))
+        first_temp = 1 + n_in + len(consts)
+        reg: dict = {}
+        free: dict = {}  # typecode -> free temporary registers
+        temps: list = []  # typecode of each temporary
+        code = []
+        end = len(program) - 1
+        for i, (name, dtype, args) in enumerate(program):
+            regs = [1 + a[1] if a[0] == "in" else const_reg[const_key(dtype, a[1])] if a[0] == "const"
+                    else reg[a[1]] for a in args]
+            out = "b" if SIGNATURES[name] in ("compare", "logic") else _CODES[dtype]
+            if name == "positive" and i != end:  # (no instruction: the result is its operand)
+                reg[i] = regs[0]
+                continue
+            for a in args:  # (operands read for the last time give their registers back)
+                if a[0] == "node" and last[a[1]] == i and reg[a[1]] >= first_temp:
+                    free.setdefault(temps[reg[a[1]] - first_temp], []).append(reg[a[1]])
+                    last[a[1]] = -1  # (an operand given twice is given back once)
+            if i == end:
+                r = 0
+            elif free.get(out):
+                r = free[out].pop()
+            else:
+                r = first_temp + len(temps)
+                temps.append(out)
+                if r >= _REGISTERS:
+                    raise ValueError("numexpr: too many values alive at once")
+            reg[i] = r
+            if name == "positive":
+                code.append(bytes([opcodes[f"copy_{out}{out}".encode()], r, regs[0], 255]))
+            else:
+                code.append(instruction(name, dtype, r, regs))
+        sig = "".join(_CODES[d] for d in input_dtypes).encode()
+        try:
+            return interpreter.NumExpr(sig, "".join(temps).encode(), b"".join(code), tuple(consts),
+                                       tuple(f"a{k}" for k in range(n_in)))
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise ValueError(f"numexpr could not compile the fused program: {e}") from e
+
+    small, cheap = 64, 512  # elements: see Fuser.max_elements
+    return Fuser(
+        name="numexpr",
+        signatures=dict(SIGNATURES),
+        dtypes=frozenset({"float32", "float64"}),
+        max_inputs=24,  # (NumPy 1.x iterates at most 32 operands, the result included)
+        max_elements={n: cheap if n in _CHEAP else small for n in SIGNATURES},
+        out_params={"ex_uses_vml": False},
+        _compile=compile_program,
+    )
+
+
+def _probe_numexpr(lib: Any) -> Fuser | None:
+    """numexpr's fuser when numexpr imports, has the VM ember writes for, and computes on
+    ``lib``'s arrays."""
+    try:
+        import numpy as np
+        from numexpr import interpreter
+    except ImportError:
+        return None
+    try:
+        a = lib.asarray([1.0, 2.0])
+        if type(a) is not np.ndarray:
+            return None
+        f = _numexpr_fuser(interpreter, np)
+        program = [("sin", "float64", [("in", 0)]), ("multiply", "float64", [("node", 0), ("const", 2)]),
+                   ("add", "float64", [("node", 1), ("in", 1)])]
+        out = f.compile(program, ["float64", "float64"])(a, a)
+        want = np.sin(a) * 2.0 + a
+        return f if type(out) is np.ndarray and np.array_equal(out, want) else None
+    except Exception:
+        return None
+
+
+_lock = threading.Lock()
+_fusers: dict[int, tuple[Any, Fuser | None]] = {}
+
+
+def fuser(xp: Any) -> Fuser | None:
+    """The elementwise compiler of namespace ``xp``, or None (probed once per namespace).
+
+    Why: ``ember.jit`` compiles chains of small elementwise calls into one call
+    where the backend has one (NumPy with numexpr installed: ``pip install
+    ember[fuse]``).
+
+    >>> import ember.backend as eb
+    >>> f = eb.fuser(eb.get("numpy"))
+    >>> f is None or f.name == "numexpr"
+    True
+    """
+    hit = _fusers.get(id(xp))
+    if hit is not None and hit[0] is xp:
+        return hit[1]
+    try:
+        lib = raw(xp)
+    except Exception:
+        lib = None
+    found = _probe_numexpr(lib) if lib is not None else None
+    with _lock:
+        _fusers[id(xp)] = (xp, found)
+    return found

@@ -1,0 +1,196 @@
+"""jit's fusion pass: graphs of small elementwise ops become one call of the backend's fuser.
+
+Runs after dead-code elimination and before buffer planning. An op is
+*fusable* when its backend has a fuser (``ember.backend.fuser``) that compiles
+its function on its dtypes, it has no keywords, and its result is small enough
+(``Fuser.max_elements``: above that the backend's own vector loops win).
+
+A fusable op whose result something else reads (an output, a matmul, a
+reduction, an op of another backend) is a *root*; every other fusable op
+belongs to the region of the one root that reads it, directly or through
+other ops of that region, and becomes an instruction of that root's fused
+call. An op that two regions read becomes a root of its own (computed once,
+read as an input by both), as does one whose region's result is larger than
+its function is worth fusing at. A root with other ops in its region becomes
+one ``_fused`` op; a region the fuser cannot compile (too many inputs or
+values alive at once) keeps its ops as they were.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import backend as _backend
+from ..autodiff._staging import Graph, Op, Ref, _collect
+
+__all__ = ["fuse_elementwise", "FUSED"]
+
+FUSED = "_fused"  # the op's name (one of the rules' run-time kernel names: no primitive's key)
+
+
+def _dtype(v) -> str:
+    return str(v.dtype)
+
+
+def _fusable(g: Graph, op: Op, fusers: dict):
+    """``(fuser, real dtype)`` when ``op``'s backend fuses it here, else None; the real dtype
+    is the one its operands compute in (``"bool"`` for logical functions)."""
+    if op.multi or op.params or len(op.outs) != 1 or op.outs[0] is None:
+        return None
+    o = op.outs[0]
+    d = g.disp[o]
+    if d is None:
+        return None
+    fz = fusers.get(d)
+    if fz is None:
+        fz = fusers[d] = _backend.fuser(d.xp) or False
+    kind = fz and fz.signatures.get(op.name)
+    if not kind:
+        return None
+    v = g.values[o]
+    shape = v.shape
+    if not shape or not all(n.__class__ is int for n in shape) or not 0 < math.prod(shape) <= fz.max_elements[op.name]:
+        return None
+    real = None
+    for i, a in enumerate(op.args):
+        boolean = kind == "logic" or (kind == "where" and i == 0)
+        if a.__class__ is Ref:
+            if g.disp[a.slot] is not d:
+                return None
+            ad = _dtype(g.values[a.slot])
+        elif hasattr(a, "shape") and hasattr(a, "dtype"):
+            ad = _dtype(a)
+        else:  # (a Python number: the operands' dtype, as the standard's scalars are)
+            if a.__class__ not in ((bool,) if boolean else (int, float)):
+                return None
+            continue
+        if boolean:
+            if ad != "bool":
+                return None
+        elif real is None:
+            real = ad
+        elif ad != real:
+            return None
+    out = _dtype(v)
+    if kind in ("float", "where"):
+        real = real or out
+        if out != real or real not in fz.dtypes:
+            return None
+    elif out != "bool" or (kind == "compare" and real not in fz.dtypes):
+        return None
+    return fz, "bool" if kind == "logic" else real
+
+
+def _regions(g: Graph, nodes: dict) -> dict:
+    """slot of each fusable op -> the root slot of its region (see the module docstring)."""
+    readers: dict = {}
+    for op in g.ops:
+        for r in op.refs():
+            readers.setdefault(r, []).append(op)
+    outs: list = []
+    _collect(g.outputs, outs)
+    outs = set(outs)
+    region: dict = {}
+    for op in reversed(g.ops):  # (each op's readers come after it)
+        s = op.outs[0] if op.outs else None
+        n = nodes.get(s)
+        if n is None:
+            continue
+        rs = readers.get(s, ())
+        roots = set()
+        for r in rs:
+            rn = nodes.get(r.outs[0]) if len(r.outs) == 1 else None
+            if rn is None or rn[0] is not n[0] or r.multi:
+                roots = None
+                break
+            roots.add(region[r.outs[0]])
+        if s in outs or not roots or len(roots) > 1:
+            region[s] = s
+            continue
+        root = roots.pop()
+        fits = math.prod(g.values[root].shape) <= n[0].max_elements[op.name]
+        region[s] = root if fits else s
+    return region
+
+
+def _program(g: Graph, members: list, nodes: dict):
+    """The fuser's program of a region's ops (in graph order, the root last), its inputs
+    and their dtypes."""
+    index = {op.outs[0]: i for i, op in enumerate(members)}
+    inputs: list = []
+    dtypes: list = []
+    seen: dict = {}
+    program = []
+    for op in members:
+        args = []
+        for a in op.args:
+            if a.__class__ is Ref and a.slot in index:
+                args.append(("node", index[a.slot]))
+            elif a.__class__ is Ref or hasattr(a, "shape"):
+                key = ("r", a.slot) if a.__class__ is Ref else ("c", id(a))
+                k = seen.get(key)
+                if k is None:
+                    k = seen[key] = len(inputs)
+                    inputs.append(a)
+                    dtypes.append(_dtype(g.values[a.slot] if a.__class__ is Ref else a))
+                args.append(("in", k))
+            else:
+                args.append(("const", a))
+        program.append((op.name, nodes[op.outs[0]][1], args))
+    return program, inputs, dtypes
+
+
+def _show(program: list) -> str:
+    """A fused program for ``jit(f).lower()``: ``t0 = sin(in0); t1 = multiply(t0, 0.9)``."""
+    def arg(a):
+        return f"in{a[1]}" if a[0] == "in" else f"t{a[1]}" if a[0] == "node" else repr(a[1])
+
+    return "; ".join(f"t{i} = {name}({', '.join(arg(a) for a in args)})"
+                     for i, (name, _, args) in enumerate(program))
+
+
+def fuse_elementwise(g: Graph) -> None:
+    """Replace each region of fusable ops by one ``_fused`` op (see the module docstring)."""
+    fusers: dict = {}
+    nodes = {}
+    for op in g.ops:
+        n = _fusable(g, op, fusers)
+        if n is not None:
+            nodes[op.outs[0]] = n
+    if not nodes:
+        return
+    region = _regions(g, nodes)
+    members: dict = {}
+    for op in g.ops:
+        s = op.outs[0] if op.outs else None
+        if s in region:
+            members.setdefault(region[s], []).append(op)
+    fused: dict = {}
+    kept = set()  # the ops of regions that stay as they were
+    for root, ops in members.items():
+        if len(ops) == 1:
+            continue
+        program, inputs, dtypes = _program(g, ops, nodes)
+        fz = nodes[root][0]
+        try:
+            if len(inputs) > fz.max_inputs:
+                raise ValueError("too many inputs")
+            fn = fz.compile(program, dtypes)
+        except ValueError:
+            kept.update(id(op) for op in ops)
+            continue
+        op = Op(FUSED, fn, tuple(Ref(a.slot) if a.__class__ is Ref else a for a in inputs), {}, [root])
+        op.note = _show(program)
+        fused[root] = op
+    if not fused:
+        return
+    ops = []
+    for op in g.ops:
+        s = op.outs[0] if op.outs else None
+        if s not in region or id(op) in kept:
+            ops.append(op)
+        elif s in fused:
+            ops.append(fused[s])
+        elif region[s] == s:
+            ops.append(op)  # (a root alone in its region)
+    g.ops = ops
