@@ -1,6 +1,6 @@
 """ember.jit's fusion pass: small elementwise ops run as one numexpr call; the results and
 gradients equal eager ones (1e-12, float64) and central differences; values read by two
-regions are computed once; large arrays, other backends and wide regions stay unfused."""
+regions are computed once; large arrays, other backends, small and wide regions stay unfused."""
 
 from __future__ import annotations
 
@@ -91,8 +91,8 @@ def test_the_chain_is_one_call_and_float32_stays_float32():
 @needs_fuser
 def test_a_value_two_regions_read_is_computed_once():
     def f(x):
-        t = xp.sin(x) * 2.0  # read by the sum's region and by the output's
-        return xp.sum(xp.exp(t) + 1.0), xp.cos(t) * 3.0
+        t = xp.sin(x) * 2.0 + 0.5  # read by the sum's region and by the output's
+        return xp.sum(xp.exp(t) * 0.5 + 1.0), xp.cos(t) * 3.0 - 1.0
 
     x = xp.asarray(np.linspace(0, 1, 16))
     j = ember.jit(f)
@@ -108,6 +108,8 @@ def test_large_arrays_and_other_backends_are_not_fused_and_fuse_false_is_bitwise
 
     big = xp.asarray(np.linspace(0, 1, 1 << 12))  # (above every function's max_elements)
     assert n_fused(ember.jit(f), big) == 0
+    small = xp.asarray(np.linspace(0, 1, 8))
+    assert n_fused(ember.jit(lambda x: xp.sin(x) * 0.5), small) == 0  # (two ops: NumPy's calls)
     small = xp.asarray(np.linspace(0, 1, 8))
     assert n_fused(ember.jit(f, fuse=False), small) == 0
     np.testing.assert_array_equal(raw(ember.jit(f, fuse=False)(small)), raw(f(small)))

@@ -257,3 +257,33 @@ def test_a_changing_number_inside_transforms(name):
     for s in [0.5, 1.5, -2.5, 3.25]:
         same(jf(x, s), f(x, s))
     assert jf.trace_count == 2
+
+
+def test_the_repeated_structures_generated_check_falls_back_on_every_difference():
+    # once a structure repeats, each call is checked by code generated for the last graph
+    # (classes, shapes, dtypes, untraced numbers, guards): any difference takes the general
+    # path, which traces, picks another graph or raises as before
+    def f(p, n, k):
+        y = p["w"] * k
+        return {"y": y * 2.0 if n > 3 else y - n, "n": n + 1}
+
+    jf = ember.jit(f)
+    w = xp.asarray([1.0, 2.0])
+    for n in [5, 6, 7, 1, 8, 2, 9]:  # traced from its second value on, guarded by n > 3
+        same(jf({"w": w}, n, 1.5), f({"w": w}, n, 1.5))
+    assert jf._entry is not None
+    traces = jf.trace_count
+    for w2 in (xp.asarray([1.0, 2.0, 3.0]), xp.asarray([1.0, 2.0], dtype=xp.float32),
+               np.array([1.0, 2.0]), xp.asarray([[1.0, 2.0]])):
+        for _ in range(3):
+            same(jf({"w": w2}, 5, 1.5), f({"w": w2}, 5, 1.5))
+            same(jf({"w": w}, 2, 1.5), f({"w": w}, 2, 1.5))
+    same(jf({"w": w}, 5, 2.5), f({"w": w}, 5, 2.5))  # an untraced number's new value
+    same(jf({"w": w}, 5, 1.5), f({"w": w}, 5, 1.5))
+    assert jf.trace_count > traces
+    dead = xp.asarray([1.0, 2.0])
+    ember.consume(dead)
+    with pytest.raises(ember.ConsumedError):
+        jf({"w": dead}, 5, 1.5)
+    same(jf({"w": ember.consume(xp.asarray([1.0, 2.0]))}, 5, 1.5), f({"w": w}, 5, 1.5))
+    same(jf({"w": w}, 5, 1.5), f({"w": w}, 5, 1.5))

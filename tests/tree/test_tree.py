@@ -515,3 +515,16 @@ def test_leaves_of_refuses_what_flatten_would_structure_differently():
     tn = tree.structure({"step": 3, "w": a}, is_leaf=_numbers)
     assert tn.leaves_of({"step": 4, "w": a}, is_leaf=_numbers)[0] == 4
     assert tn.leaves_of({"step": 4, "w": a}) is None
+
+
+@settings(deadline=None, max_examples=200)
+@given(a=trees, numbers_are_leaves=st.booleans())
+def test_unflattener_builds_what_unflatten_builds(a, numbers_are_leaves):
+    il = _numbers if numbers_are_leaves else None
+    la, ta = tree.flatten(a, il)
+    new = [np.full((2,), float(i)) for i in range(len(la))]
+    got, want = ta.unflattener()(new), ta.unflatten(new)
+    lg, tg = tree.flatten(got, il)
+    assert tg == ta and _same_leaves(lg, new)
+    assert type(got) is type(want) and tree.flatten(want, il)[1] == tg
+    assert ta.unflattener() is ta.unflattener()  # (made once per treedef)

@@ -127,10 +127,22 @@ def _numexpr_fuser(interpreter: Any, np: Any) -> Fuser:
     def compile_program(program: list, input_dtypes: list[str]) -> Callable:
         # registers: 0 the result, then the inputs, the constants, the temporaries
         n_in = len(input_dtypes)
+        end = len(program) - 1
+        # a `positive` is its operand: the instructions reading it read that operand instead
+        same: dict = {}
+        resolved = []
+        for i, (name, dtype, args) in enumerate(program):
+            args = [same.get(a[1], a) if a[0] == "node" else a for a in args]
+            if name == "positive" and i != end:
+                same[i] = args[0]
+            resolved.append((name, dtype, args))
+        program = resolved
         consts: list = []
         const_reg: dict = {}
         last: dict = {}  # instruction -> the last instruction reading its result
-        for i, (_, dtype, args) in enumerate(program):
+        for i, (name, dtype, args) in enumerate(program):
+            if i in same:
+                continue
             for a in args:
                 if a[0] == "node":
                     last[a[1]] = i
@@ -144,14 +156,12 @@ def _numexpr_fuser(interpreter: Any, np: Any) -> Fuser:
         free: dict = {}  # typecode -> free temporary registers
         temps: list = []  # typecode of each temporary
         code = []
-        end = len(program) - 1
         for i, (name, dtype, args) in enumerate(program):
+            if i in same:  # (no instruction)
+                continue
             regs = [1 + a[1] if a[0] == "in" else const_reg[const_key(dtype, a[1])] if a[0] == "const"
                     else reg[a[1]] for a in args]
             out = "b" if SIGNATURES[name] in ("compare", "logic") else _CODES[dtype]
-            if name == "positive" and i != end:  # (no instruction: the result is its operand)
-                reg[i] = regs[0]
-                continue
             for a in args:  # (operands read for the last time give their registers back)
                 if a[0] == "node" and last[a[1]] == i and reg[a[1]] >= first_temp:
                     free.setdefault(temps[reg[a[1]] - first_temp], []).append(reg[a[1]])

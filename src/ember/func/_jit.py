@@ -35,7 +35,7 @@ from ..autodiff._ownership import Dead, Owned, _where, as_operand, check_alive, 
 from ..autodiff._staging import Ref, StagingTrace
 from ..autodiff._trace import active_traces
 from ._jit_passes import run_passes
-from ._jit_replay import compile_graph, describe
+from ._jit_replay import acceptor, compile_graph, describe, wrapper
 
 __all__ = ["jit", "Jitted", "Lowered"]
 
@@ -144,22 +144,13 @@ class _Compiled:
     """One signature's graph and replay function, and how to rebuild the outputs."""
 
     __slots__ = ("graph", "fn", "src", "check", "in_idx", "num_idx", "out_def", "out_kinds", "out_disp",
-                 "donated", "written", "name", "persist")
+                 "donated", "written", "name", "persist", "wrap", "accept")
 
     def run(self, vals):
         outs = self.fn(*vals)
         if self.persist:  # lazy backend: this call's graph, computed and kept (one persist)
             outs = persist(tuple(outs))
-        res = []
-        for v, kind, d in zip(outs, self.out_kinds, self.out_disp):
-            if kind == 1:  # a Tensor
-                t = d.T()
-                t._value = v
-                t._node = None
-                res.append(t)
-            else:  # raw array or a constant
-                res.append(v)
-        return self.out_def.unflatten(res)
+        return self.wrap(outs)
 
 
 class Lowered:
@@ -202,6 +193,7 @@ class Jitted:
         self._fast: dict = {}
         self._scalar_retraces = 0
         self._last_def = None  # (treedef, repeated) of the latest call's arguments
+        self._entry = None  # (treedef, compiled) of the latest call, once its structure repeated
         self.trace_count = 0
         functools.update_wrapper(self, f)
         self._name = getattr(f, "__name__", "f")
@@ -261,10 +253,22 @@ class Jitted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if active_traces:  # under a transform (grad(jit(f))), or inside another jit: inline f
             return self._f(*args, **kwargs)
+        e = self._entry
+        if e is not None:  # the last call's structure and graph, checked in generated code
+            leaves = e[0].leaves_of((args, kwargs), _is_number)
+            if leaves is not None and e[1].accept(leaves):
+                return e[1].run(self._values(leaves, e[1]))
         leaves, treedef, base, nums = self._signature(args, kwargs)
         c = self._fast.get((base, nums))
         if c is None:
             c = self._lookup(args, kwargs, leaves, treedef, base, nums)
+        self._entry = None
+        last = self._last_def
+        if last is not None and last[1] and last[0] is treedef and not self._static:
+            if c.accept is False:  # (a structure that repeats: worth generating the check)
+                c.accept = acceptor(leaves, c.num_idx, c.check)
+            if c.accept is not None:
+                self._entry = (treedef, c)
         return c.run(self._values(leaves, c))
 
     def _signature(self, args, kwargs) -> tuple:
@@ -480,6 +484,8 @@ class Jitted:
         c.written = {j for j in donated_leaves if g.inputs[pos[j]] in g.written}
         c.name = self._name
         c.persist = self._persist and any(d is not None and d.caps.lazy for d in disp)
+        c.wrap = wrapper(kinds, disp, out_def)
+        c.accept = False  # (made when a call's structure repeats: see __call__)
         # free the staging values no longer needed (the graph keeps shapes via `values`: keep
         # only small specs of the slots that are not constants)
         g.values = [_Spec(v) for v in g.values]

@@ -11,9 +11,10 @@ belongs to the region of the one root that reads it, directly or through
 other ops of that region, and becomes an instruction of that root's fused
 call. An op that two regions read becomes a root of its own (computed once,
 read as an input by both), as does one whose region's result is larger than
-its function is worth fusing at. A root with other ops in its region becomes
-one ``_fused`` op; a region the fuser cannot compile (too many inputs or
-values alive at once) keeps its ops as they were.
+its function is worth fusing at. A region of at least :data:`MIN_OPS` ops
+becomes one ``_fused`` op (a fused call's fixed cost is about two NumPy
+calls'); a smaller one, or one the fuser cannot compile (too many inputs or
+values alive at once), keeps its ops as they were.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import math
 from .. import backend as _backend
 from ..autodiff._staging import Graph, Op, Ref, _collect
 
-__all__ = ["fuse_elementwise", "FUSED"]
+__all__ = ["fuse_elementwise", "FUSED", "MIN_OPS"]
 
 FUSED = "_fused"  # the op's name (one of the rules' run-time kernel names: no primitive's key)
+MIN_OPS = 3  # the fewest ops a fused call replaces (benchmarks/fusion.py: two cost about one call)
 
 
 def _dtype(v) -> str:
@@ -168,7 +170,8 @@ def fuse_elementwise(g: Graph) -> None:
     fused: dict = {}
     kept = set()  # the ops of regions that stay as they were
     for root, ops in members.items():
-        if len(ops) == 1:
+        if len(ops) < MIN_OPS:
+            kept.update(id(op) for op in ops)
             continue
         program, inputs, dtypes = _program(g, ops, nodes)
         fz = nodes[root][0]

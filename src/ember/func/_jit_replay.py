@@ -13,9 +13,11 @@ which runs the host steps the guards need and says whether they all hold.
 
 from __future__ import annotations
 
+from ..autodiff import Tensor
+from ..autodiff._ownership import Dead, Owned
 from ..autodiff._staging import Graph, Ref, _collect
 
-__all__ = ["compile_graph", "describe"]
+__all__ = ["compile_graph", "describe", "wrapper", "acceptor"]
 
 
 class _Names:
@@ -149,6 +151,62 @@ def compile_graph(g: Graph, name: str = "jit"):
     code = compile(src, f"<ember.jit {name}>", "exec")
     exec(code, env)
     return env["_replay"], src, env.get("_guards")
+
+
+def _exec(lines: list, env: dict, name: str):
+    code = compile("\n".join(lines) + "\n", f"<ember.jit {name}>", "exec")
+    exec(code, env)
+    return env[name]
+
+
+def wrapper(out_kinds: list, out_disp: list, out_def):
+    """``_wrap(outs)``: the replay's outputs as the call's results, in straight-line code:
+    a kind-1 output becomes a Tensor of its dispatcher's class, the others stay as they are,
+    and ``out_def``'s structure is built around them."""
+    env = {"_build": out_def.unflattener()}
+    lines = ["def _wrap(o):"]
+    items = []
+    for i, (kind, d) in enumerate(zip(out_kinds, out_disp)):
+        if kind == 1:
+            env[f"T{i}"] = d.T
+            lines += [f"    t{i} = T{i}()", f"    t{i}._value = o[{i}]", f"    t{i}._node = None"]
+            items.append(f"t{i}")
+        else:
+            items.append(f"o[{i}]")
+    lines.append(f"    return _build([{', '.join(items)}])")
+    return _exec(lines, env, "_wrap")
+
+
+def acceptor(leaves: list, traced: list, check):
+    """``_accept(leaves)``: whether a call's leaves have the classes, shapes and dtypes of
+    ``leaves`` (and their untraced Python numbers the same values), and the traced numbers
+    (at positions ``traced``, in order) meet the guards ``check``; None where a leaf is of a
+    kind only the general signature handles (a consumed or owned Tensor, a Tensor of Tensors)."""
+    env: dict = {"_check": check}
+    lines = ["def _accept(l):"]
+    for j, x in enumerate(leaves):
+        c = x.__class__
+        lines.append(f"    x = l[{j}]")
+        if c is int or c is float:
+            cond = f"x.__class__ is not {c.__name__}"
+            if j not in traced:
+                env[f"N{j}"] = x
+                cond += f" or x != N{j}"
+            lines.append(f"    if {cond}: return False")
+            continue
+        if isinstance(x, Tensor):
+            if c is Owned or c is Dead or isinstance(x._value, Tensor):
+                return None
+            env[f"C{j}"] = c
+            lines += [f"    if x.__class__ is not C{j}: return False", "    x = x._value"]
+            x = x._value
+        env[f"R{j}"], env[f"S{j}"], env[f"D{j}"] = x.__class__, tuple(x.shape), x.dtype
+        lines.append(f"    if x.__class__ is not R{j} or x.shape != S{j} or x.dtype != D{j}: return False")
+    if check is not None:
+        lines.append(f"    return _check({', '.join(f'l[{j}]' for j in traced)})")
+    else:
+        lines.append("    return True")
+    return _exec(lines, env, "_accept")
 
 
 def _spec(v) -> str:

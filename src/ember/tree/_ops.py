@@ -566,6 +566,54 @@ def _matcher(treedef: TreeDef) -> Callable[..., list[Any] | None]:
     return env["_match"]
 
 
+def _builder(treedef: TreeDef) -> Callable[[Sequence[Any]], Any]:
+    """``treedef.unflattener()`` as one generated function: one expression that builds the
+    structure from ``leaves[0]``, ``leaves[1]``, ... Lists, tuples, namedtuples, dicts and
+    registered dataclasses are written out; a treedef with other nodes gets ``unflatten``."""
+    env: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__}
+    names = iter(range(1 << 30))
+    at = iter(range(treedef._num_leaves))
+    pre: list[str] = []
+
+    def const(value: Any) -> str:
+        c = f"c{next(names)}"
+        env[c] = value
+        return c
+
+    def expr(d: Any) -> str:
+        if d is _LEAF:
+            return f"l[{next(at)}]"
+        if type(d) is _Const:
+            return const(d.value)
+        kind, code = d.kind, d.kind.code
+        items = [expr(c) for c in d.children]
+        if code == LIST:
+            return f"[{', '.join(items)}]"
+        if code == TUPLE:
+            return f"({''.join(i + ', ' for i in items)})"
+        if code == NAMEDTUPLE:
+            return f"{const(kind.type)}({', '.join(items)})"
+        if code == DICT:
+            return "{" + ", ".join(f"{const(k)}: {i}" for k, i in zip(d.aux, items)) + "}"
+        if code == DATACLASS and all(n.isidentifier() for n in kind.names + kind.static):
+            o = f"o{next(names)}"  # (built before the expression that reads it, fields set)
+            pre.append(f"{o} = _new({const(kind.type)})")
+            for n, i in zip(kind.names, items):
+                pre.append(f"_set({o}, {n!r}, {i})")
+            for n, v in zip(kind.static, d.consts):
+                pre.append(f"_set({o}, {n!r}, {const(v)})")
+            return o
+        raise _Unsupported
+
+    try:
+        body = expr(treedef._root)
+    except _Unsupported:
+        return lambda leaves: unflatten(treedef, leaves)
+    src = "def _build(l):\n" + "".join(f"    {line}\n" for line in pre) + f"    return {body}\n"
+    exec(compile(src, "<ember.tree.unflattener>", "exec"), env)
+    return env["_build"]
+
+
 class TreeDef:
     """The shape of a structure: its nodes, keys, constants and leaf positions.
 
@@ -581,7 +629,7 @@ class TreeDef:
     0
     """
 
-    __slots__ = ("_root", "_num_leaves", "_hash", "_paths", "_match")
+    __slots__ = ("_root", "_num_leaves", "_hash", "_paths", "_match", "_build")
 
     def __init__(self, root: Any, num_leaves: int) -> None:
         self._root = root
@@ -589,6 +637,7 @@ class TreeDef:
         self._hash: int | None = None
         self._paths: list[Path] | None = None
         self._match: Callable[..., list[Any] | None] | None = None
+        self._build: Callable[[Sequence[Any]], Any] | None = None
 
     def leaves_of(self, tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any] | None:
         """``tree``'s leaves if ``flatten(tree, is_leaf)`` would give this treedef (constants
@@ -623,6 +672,23 @@ class TreeDef:
     def unflatten(self, leaves: Iterable[Any]) -> Any:
         """Build the structure back with ``leaves`` in flatten order."""
         return unflatten(self, leaves)
+
+    def unflattener(self) -> Callable[[Sequence[Any]], Any]:
+        """A function of a sequence of exactly ``num_leaves`` leaves building the structure,
+        as :meth:`unflatten` does (the count is not checked).
+
+        Why: a structure rebuilt on every call (a jitted step's results) is built by
+        straight-line code made once for this treedef (that costs about as much as a
+        few dozen unflattens) instead of walking the treedef each time.
+
+        >>> build = structure({"w": 0, "b": [1, 2]}, is_leaf=lambda x: isinstance(x, int)).unflattener()
+        >>> build([3, 4, 5])
+        {'b': [3, 4], 'w': 5}
+        """
+        b = self._build
+        if b is None:
+            b = self._build = _builder(self)
+        return b
 
     def paths(self) -> list[Path]:
         """The path of each leaf, in flatten order."""
