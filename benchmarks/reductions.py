@@ -9,10 +9,14 @@ the choice rests on numbers from the machine at hand.
 
 Implementations, per dtype and shape (``scores``: the attention scores
 ``(16, 4, 64, 64)``, softmax's sum; ``features``: ``(16, 64, 128)``, layer
-norm's mean):
+norm's mean; ``logits``: a classifier's ``(1024, 10)``, the cross-entropy's max
+and sum):
 
 - ``*-sum``      ``numpy.sum(x, axis=-1, keepdims=True)``
-- ``*-product``  ``ember.kernels.sum_last`` (``x @ ones``)
+- ``*-product``  ``ember.kernels.sum_last`` (``x @ ones``; for ``logits``, over the
+  columns of a transposed copy)
+- ``logits-max`` / ``logits-max-columns``: ``numpy.max`` against
+  ``ember.kernels.max_last`` (the columns of a transposed copy)
 
 Run: ``benchmarks/run reductions [--quick]``. Not part of ``benchmarks/run all``
 (no acceptance criterion reads it).
@@ -28,20 +32,23 @@ import numpy as np
 from _harness import configure_env, ensure_src_on_path, reexec_clean_env, run_cli
 import _peers as peers
 
-SHAPES = {"scores": (16, 4, 64, 64), "features": (16, 64, 128)}
+SHAPES = {"scores": (16, 4, 64, 64), "features": (16, 64, 128), "logits": (1024, 10)}
 
 
 def setup(dtype: Any, shape: tuple[int, ...], how: str) -> Callable[[], Any]:
-    """One last-axis sum of a random ``shape`` array, by NumPy's reduction or the product."""
+    """One last-axis sum (``how``: ``sum`` by NumPy, ``product`` by ``sum_last``) or max
+    (``max`` by NumPy, ``max-columns`` by ``max_last``) of a random ``shape`` array."""
     x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
-    if how == "sum":
-        return lambda: np.sum(x, axis=-1, keepdims=True)
+    if how in ("sum", "max"):
+        f = getattr(np, how)
+        return lambda: f(x, axis=-1, keepdims=True)
     ensure_src_on_path()
     import array_api_compat.numpy as cnp
 
-    from ember.kernels import sum_last
+    from ember.kernels import max_last, sum_last
 
-    return lambda: sum_last(cnp, x, -1, keepdims=True)
+    f = sum_last if how == "product" else max_last
+    return lambda: f(cnp, x, -1, keepdims=True)
 
 
 def workloads() -> list:
@@ -50,11 +57,13 @@ def workloads() -> list:
         return lambda dtype: setup(dtype, shape, how)
 
     impls = {f"{name}-{how}": impl(shape, how) for name, shape in SHAPES.items() for how in ("sum", "product")}
+    impls.update({f"logits-{how}": impl(SHAPES["logits"], how) for how in ("max", "max-columns")})
     return peers.dtype_workloads(
         "reductions", impls,
-        "sum along the last axis: scores (16, 4, 64, 64), features (16, 64, 128), {dtype}",
+        "sum / max along the last axis: scores (16, 4, 64, 64), features (16, 64, 128), logits (1024, 10), {dtype}",
         unit="us/call", reference="scores-sum",
-        ratios=[("scores-product", "scores-sum"), ("features-product", "features-sum")], rounds=9,
+        ratios=[("scores-product", "scores-sum"), ("features-product", "features-sum"),
+                ("logits-product", "logits-sum"), ("logits-max-columns", "logits-max")], rounds=9,
     )
 
 

@@ -267,13 +267,14 @@ def test_reductions_rows_compute_the_same_sums(dtype, tmp_path, monkeypatch):
     import numpy as np
 
     mod = _load_script("reductions", monkeypatch)
-    monkeypatch.setattr(mod, "SHAPES", {"scores": (2, 3, 4, 5), "features": (2, 3, 6)})
+    monkeypatch.setattr(mod, "SHAPES", {"scores": (2, 3, 4, 5), "features": (2, 3, 6), "logits": (300, 10)})
     dt = np.dtype(dtype).type
     for shape in mod.SHAPES.values():
         want = mod.setup(dt, shape, "sum")()
         assert want.shape == (*shape[:-1], 1)
         np.testing.assert_allclose(mod.setup(dt, shape, "product")(), want,
-                                   rtol=1e-5 if dtype == "float32" else 1e-12)
+                                   rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-6)
+        np.testing.assert_array_equal(mod.setup(dt, shape, "max-columns")(), mod.setup(dt, shape, "max")())
     (wl,) = [wk for wk in mod.workloads() if wk.name == f"reductions_{dtype}"]
     mod.run_cli([wl], [*_TINY, "--results-dir", str(tmp_path)])
     _check_json(tmp_path / f"{wl.name}.json", wl.name, "us/call", list(wl.impls))

@@ -1,5 +1,6 @@
-"""kernels.sum_last / mean_last: the namespace's sum and mean, by a product with ones where
-that applies (C-contiguous float32/float64 backend arrays, the last axis alone)."""
+"""kernels.sum_last / mean_last / max_last: the namespace's sum, mean and max, by a product
+with ones or over a transposed copy's columns where that applies (C-contiguous float32/float64
+backend arrays, the last axis alone)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ember.kernels import mean_last, reductions, sum_last
+from ember.kernels import max_last, mean_last, reductions, sum_last
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=64)
 
@@ -61,12 +62,50 @@ def test_everything_else_is_the_namespaces_own_reduction(case):
         x = x.transpose(0, 2, 1)
     elif case == "integers":
         x = np.arange(6000).reshape(30, 40, 5)
-    elif case == "few rows":
-        x = x[:2]
+    elif case == "few rows":  # (of more than SHORT elements)
+        x = np.random.default_rng(0).standard_normal((3, 7, reductions.SHORT + 1))
     else:
         ns, x = array_api_strict, array_api_strict.asarray(x)
-    for ours, theirs in ((sum_last, ns.sum), (mean_last, ns.mean)):
+    for ours, theirs in ((sum_last, ns.sum), (mean_last, ns.mean), (max_last, ns.max)):
         if case == "integers" and ours is mean_last:
             continue
         np.testing.assert_array_equal(np.asarray(ours(ns, x, axis, True)),
                                       np.asarray(theirs(x, axis=axis, keepdims=True)))
+
+
+@settings(deadline=None, max_examples=60)
+@given(x=hnp.arrays(st.sampled_from([np.float32, np.float64]),
+                    hnp.array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=reductions.SHORT + 2),
+                    elements=st.one_of(finite, st.sampled_from([np.inf, -np.inf, np.nan, -0.0]))),
+       keepdims=st.booleans())
+def test_short_rows_reduce_as_columns_to_the_same_values(x, keepdims):
+    # rows of at most SHORT elements: the max exactly, the sum to rounding (another order)
+    with warnings.catch_warnings(), mock.patch.object(reductions, "COLUMN_ROWS", 1):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if x.size:
+            want = np.max(x, axis=-1, keepdims=keepdims) if x.shape[-1] else None
+            if want is not None:
+                got = max_last(cnp, x, -1, keepdims)
+                assert got.shape == want.shape and got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+        got, want = sum_last(cnp, x, -1, keepdims), np.sum(x, axis=-1, keepdims=keepdims)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    tol = dict(rtol=1e-5, atol=1e-2) if x.dtype == np.float32 else dict(rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got, want, **tol)
+
+
+def test_the_max_and_sum_of_a_classifiers_logits_run_along_the_columns():
+    # 300 rows of 10: one reduction over the first axis of the (10, 300) copy, not 300 short ones
+    x = np.random.default_rng(0).standard_normal((300, 10)).astype(np.float32)
+    for ours, name, theirs in ((max_last, "max", np.max), (sum_last, "sum", np.sum)):
+        real = getattr(cnp, name)
+        axes = []
+
+        def spy(a, axis=None, keepdims=False, real=real, axes=axes):
+            axes.append((a.shape, axis))
+            return real(a, axis=axis, keepdims=keepdims)
+
+        with mock.patch.object(cnp, name, side_effect=spy):
+            got = ours(cnp, x, -1, keepdims=True)
+        assert axes == [((10, 300), 0)]
+        np.testing.assert_allclose(got, theirs(x, axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)

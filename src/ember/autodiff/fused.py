@@ -15,7 +15,7 @@ from typing import Any
 
 from ..kernels import check_linear, erf_series, gelu_tanh_t, in_place, layer_norm as _layer_norm
 from ..kernels import max_pool_tiles as _max_pool_tiles
-from ..kernels import relu as _relu, sum_last
+from ..kernels import max_last, relu as _relu, sum_last
 from ._primitive import Primitive
 from ._rules import elementwise as _ew
 from ._rules.linear import linear_jvp, linear_vjp
@@ -85,12 +85,12 @@ gelu_tanh.defvjp(_ew.gelu_tanh_vjp).defresiduals(_gelu_tanh_and_t, jit_only=True
 
 # ----- softmax and the cross-entropy -----------------------------------------------------------
 def _log_softmax_forward(xp, x, axis):
-    s = x - xp.max(x, axis=axis, keepdims=True)
+    s = x - max_last(xp, x, axis, keepdims=True)
     return s - xp.log(sum_last(xp, xp.exp(s), axis, keepdims=True))
 
 
 def _softmax_forward(xp, x, axis):
-    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    e = xp.exp(x - max_last(xp, x, axis, keepdims=True))
     s = sum_last(xp, e, axis, keepdims=True)
     if in_place(xp, e):  # (e is this function's own: the same quotient, one array less)
         e /= s

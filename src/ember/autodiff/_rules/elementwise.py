@@ -36,7 +36,7 @@ from __future__ import annotations
 import cmath
 import math
 
-from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place
+from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place, max_last
 from ._base import RULES, defvjp
 from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, run_time_kernel, select
 from ._util import reduce_last, staged_only
@@ -356,7 +356,7 @@ def log_softmax_jvp(ns, ts, ans, x, *, axis):
 def shifted_exp(ns, z, axis):
     """``(z - max z, exp of it, its sum)`` along ``axis``: softmax and log-softmax of logits
     ``z``: the cross-entropy forward's (_wrappers) and its VJPs' where the forward kept no ``dz``."""
-    s = z - ns.max(z, axis=axis, keepdims=True)
+    s = z - max_last(ns, z, axis, keepdims=True)
     e = ns.exp(s)
     return s, e, reduce_last(ns, e, axis, keepdims=True)
 
