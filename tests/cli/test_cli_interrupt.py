@@ -71,3 +71,28 @@ def test_ctrl_c_before_the_first_epoch_says_nothing_was_saved(tmp_path):
     assert not (out / "checkpoint.safetensors").exists()  # a full epoch takes seconds
     assert [ln for ln in stderr.splitlines() if ln.strip()] == [
         "ember: aborted: no epoch had finished, so nothing was saved"]
+
+
+def test_a_ctrl_c_that_python_swallows_is_raised_again_at_the_next_batch(monkeypatch):
+    # a KeyboardInterrupt raised inside a weakref callback (matplotlib's, while the curves are
+    # drawn) is reported and ignored by Python; the run must stop at its next batch all the same
+    import sys
+    import weakref
+
+    import pytest
+
+    from ember.cli._train import _CtrlC
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
+    before = signal.getsignal(signal.SIGINT)
+    with _CtrlC() as ctrl_c:
+        assert signal.getsignal(signal.SIGINT) == ctrl_c._handler
+        ctrl_c.check()  # (nothing yet)
+        obj = type("Drawn", (), {})()
+        ref = weakref.ref(obj, lambda _: ctrl_c._handler(signal.SIGINT, None))
+        del obj
+        assert swallowed == [KeyboardInterrupt] and ref() is None
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.check()
+    assert signal.getsignal(signal.SIGINT) == before

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import signal
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -362,6 +363,36 @@ class TrainInterrupted(KeyboardInterrupt):
     """Ctrl-C during ``ember train``; its message says where the last checkpoint is and how to resume."""
 
 
+class _CtrlC:
+    """While open, Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is also
+    remembered: one raised inside a callback Python runs for its side effects (a weakref's or
+    ``__del__``, matplotlib's while the curves are drawn), which Python reports and then
+    ignores, is raised again by :meth:`check` at the next batch."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._old: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.hit = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _CtrlC:
+        try:
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        except ValueError:  # (not the main thread: Python's handler stays)
+            self._old = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
 def _resume_command(directory: Path, *, backend: str, checkpointing: str, epochs: int) -> str:
     """The ``ember train --resume`` line that continues this run with its own options."""
     parts = ["ember", "train", "--resume", shlex.quote(str(directory)), "--epochs", str(epochs)]
@@ -398,7 +429,10 @@ def _train_with_progress(console: Any, config: Config, out: Path, resume: Path |
         transient=True,
     )
 
+    ctrl_c = _CtrlC()
+
     def on_batch(done: int, total: int, loss: float) -> None:
+        ctrl_c.check()
         if state["task"] is None:
             state["task"] = progress.add_task("train", total=total, epoch=state["epoch"] + 1,
                                               epochs=epochs, loss=loss)
@@ -411,7 +445,7 @@ def _train_with_progress(console: Any, config: Config, out: Path, resume: Path |
         console.print(f"epoch {epoch:3d}/{epochs}  loss {m['loss']:.4f}  train acc {m['train_acc']:.4f}  "
                       f"test acc {m['test_acc']:.4f}  ({m['seconds']:.1f}s)")
 
-    with progress:
+    with progress, ctrl_c:
         return train(config, out, resume=resume, on_epoch=on_epoch, on_batch=on_batch,
                      on_checkpoint=lambda epoch, where: state.update(saved=(epoch, where)))
 
