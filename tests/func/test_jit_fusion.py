@@ -149,3 +149,23 @@ def test_a_fused_call_writes_into_a_donated_input():
         assert out.raw.__array_interface__["data"][0] == at
         np.testing.assert_allclose(raw(out), want, rtol=1e-15)
     assert "in place of" in str(f.lower(xp.asarray(np.zeros(8)), g))
+
+
+@needs_fuser
+def test_a_fused_call_reading_the_donated_buffer_through_a_view_does_not_write_into_it():
+    # the update reads w reversed or transposed while it would be written: a new buffer instead
+    def flip(w, g):
+        return (w * 0.5 + g) - w[::-1]
+
+    def transpose(w, g):
+        return (w * 0.5 + g) - xp.matrix_transpose(w)
+
+    for f, shape in ((flip, (8,)), (transpose, (4, 4))):
+        j = ember.jit(f, donate=0)
+        a = np.arange(float(np.prod(shape))).reshape(shape)
+        want = raw(f(xp.asarray(a), xp.asarray(np.ones(shape))))
+        w = xp.reshape(xp.arange(float(np.prod(shape))), shape)
+        np.testing.assert_array_equal(raw(j(w, xp.asarray(np.ones(shape)))), want)
+        w = xp.reshape(xp.arange(float(np.prod(shape))), shape)
+        listing = str(j.lower(w, xp.asarray(np.ones(shape))))
+        assert n_fused(j, w, xp.asarray(np.ones(shape))) == 1 and "in place of" not in listing

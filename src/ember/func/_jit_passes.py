@@ -319,9 +319,10 @@ def plan_buffers(g: Graph, donated: set) -> None:
                 continue
             if not fresh[b] or last[b] != i or b in taken or (fused and b not in donated):
                 continue  # (a fused call's keywords cost more than a small new buffer)
-            if b != s and (made_by[s] not in _WRITABLE_VIEWS or any(
+            if (b != s or fused) and ((b != s and made_by[s] not in _WRITABLE_VIEWS) or any(
                     o is not a and o.__class__ is Ref and b in (roots[o.slot] or ()) for o in args)):
-                continue  # (not a whole-buffer view, or the op reads that buffer through another)
+                continue  # (not a whole-buffer view, or the op reads that buffer through another:
+                # NumPy's ufuncs buffer such an overlap, a fused call is not relied on to)
             v = g.values[s]
             if v.shape != ov.shape or v.dtype != ov.dtype or len(v.shape) == 0:
                 continue
