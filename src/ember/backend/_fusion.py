@@ -1,9 +1,9 @@
 """Elementwise fusion: a graph of elementwise functions compiled into one backend call.
 
 A jitted graph of many small elementwise calls pays the library's fixed cost
-per call (about 0.4 us in NumPy) for each of them; a backend's *fuser* turns a
-whole graph of them into one call. NumPy's comes from numexpr (the ``fuse``
-extra): ember writes the program of numexpr's virtual machine itself, one
+per call for each of them (on small arrays, most of the time: docs/performance.md);
+a backend's *fuser* turns a whole graph of them into one call. NumPy's comes
+from numexpr (the ``fuse`` extra): ember writes the program of numexpr's virtual machine itself, one
 instruction per function and one register per value, so a value read by
 several functions is computed once. Like every ability it is probed, here on
 first use (numexpr's import is not paid by programs that never jit): a

@@ -101,8 +101,8 @@ def _regions(g: Graph, nodes: dict) -> dict:
         rs = readers.get(s, ())
         roots = set()
         for r in rs:
-            rn = nodes.get(r.outs[0]) if len(r.outs) == 1 else None
-            if rn is None or rn[0] is not n[0] or r.multi:
+            rn = nodes.get(r.outs[0])  # (a fusable op has one result; a multi-result op is none)
+            if rn is None or rn[0] is not n[0]:
                 roots = None
                 break
             roots.add(region[r.outs[0]])
@@ -167,33 +167,22 @@ def fuse_elementwise(g: Graph) -> None:
         s = op.outs[0] if op.outs else None
         if s in region:
             members.setdefault(region[s], []).append(op)
-    fused: dict = {}
-    kept = set()  # the ops of regions that stay as they were
+    replaced: dict = {}  # id of each op of a fused region -> the fused op (its root's), or None
     for root, ops in members.items():
         if len(ops) < MIN_OPS:
-            kept.update(id(op) for op in ops)
             continue
         program, inputs, dtypes = _program(g, ops, nodes)
         fz = nodes[root][0]
+        if len(inputs) > fz.max_inputs:
+            continue
         try:
-            if len(inputs) > fz.max_inputs:
-                raise ValueError("too many inputs")
             fn = fz.compile(program, dtypes)
         except ValueError:
-            kept.update(id(op) for op in ops)
             continue
-        op = Op(FUSED, fn, tuple(Ref(a.slot) if a.__class__ is Ref else a for a in inputs), {}, [root])
+        op = Op(FUSED, fn, tuple(inputs), {}, [root])
         op.note = _show(program)
-        fused[root] = op
-    if not fused:
-        return
-    ops = []
-    for op in g.ops:
-        s = op.outs[0] if op.outs else None
-        if s not in region or id(op) in kept:
-            ops.append(op)
-        elif s in fused:
-            ops.append(fused[s])
-        elif region[s] == s:
-            ops.append(op)  # (a root alone in its region)
-    g.ops = ops
+        replaced.update((id(m), None) for m in ops)
+        replaced[id(ops[-1])] = op  # (the root: the last op of its region)
+    if replaced:
+        ops = [replaced.get(id(op), op) for op in g.ops]
+        g.ops = [op for op in ops if op is not None]

@@ -147,16 +147,15 @@ def compile_graph(g: Graph, name: str = "jit"):
     src = source(g, names)
     if g.guards:
         src += "\n\n" + guard_source(g, names)
-    env = dict(names.env)
-    code = compile(src, f"<ember.jit {name}>", "exec")
-    exec(code, env)
+    env = _exec(src, dict(names.env), name)
     return env["_replay"], src, env.get("_guards")
 
 
-def _exec(lines: list, env: dict, name: str):
-    code = compile("\n".join(lines) + "\n", f"<ember.jit {name}>", "exec")
-    exec(code, env)
-    return env[name]
+def _exec(src: str, env: dict, where: str) -> dict:
+    """Run generated source ``src`` with ``env`` as its globals (``where`` names it in
+    tracebacks); returns ``env``, now holding its functions."""
+    exec(compile(src, f"<ember.jit {where}>", "exec"), env)
+    return env
 
 
 def wrapper(out_kinds: list, out_disp: list, out_def):
@@ -174,7 +173,7 @@ def wrapper(out_kinds: list, out_disp: list, out_def):
         else:
             items.append(f"o[{i}]")
     lines.append(f"    return _build([{', '.join(items)}])")
-    return _exec(lines, env, "_wrap")
+    return _exec("\n".join(lines) + "\n", env, "results")["_wrap"]
 
 
 def acceptor(leaves: list, traced: list, check):
@@ -206,7 +205,7 @@ def acceptor(leaves: list, traced: list, check):
         lines.append(f"    return _check({', '.join(f'l[{j}]' for j in traced)})")
     else:
         lines.append("    return True")
-    return _exec(lines, env, "_accept")
+    return _exec("\n".join(lines) + "\n", env, "arguments")["_accept"]
 
 
 def _spec(v) -> str:

@@ -29,20 +29,21 @@ MIN_ROWS = 512
 into BLAS, right after a large product with cold caches) outweighs the per-row cost it
 saves (the MLP's 128 rows of 10 logits)."""
 
-
 SHORT = 16
-"""Rows of at most this many elements reduce faster as a transposed copy's columns (up to
-25x for the maximum of 16384 rows of 4; from 32 elements on the copy costs more), from
-:data:`COLUMN_ROWS` rows on."""
+"""Rows of at most this many elements reduce faster as a transposed copy's columns, from
+:data:`COLUMN_ROWS` rows on; for longer rows the copy costs more than it saves
+(``benchmarks/reductions.py``)."""
 
 COLUMN_ROWS = 256
 """Fewer rows than this take the namespace's reduction: the copy's reshapes cost about what
 that many short rows do (the MLP's 128 rows of 10 logits)."""
 
+
 def _row_length(ns, x, axis) -> int:
     """The length of ``x``'s rows when a reduction along ``axis`` may take a faster form: the
-    last axis of a C-contiguous real floating array with ``flags``, at least two rows of two
-    elements; else 0."""
+    last axis of a C-contiguous real floating array with ``flags``, rows of at least two
+    elements, at least :data:`MIN_ROWS` of them (:data:`COLUMN_ROWS` where they are
+    :data:`SHORT`); else 0."""
     if axis.__class__ is tuple:
         if len(axis) != 1:
             return 0
@@ -52,7 +53,7 @@ def _row_length(ns, x, axis) -> int:
     if axis.__class__ is not int or nd == 0 or not -nd <= axis < nd or axis % nd != nd - 1:
         return 0
     n, size = shape[-1], x.size  # (the cheap tests first)
-    if n.__class__ is not int or size.__class__ is not int or n < 2 or size < 2 * n:
+    if n.__class__ is not int or size.__class__ is not int or n < 2:
         return 0
     if size < n * (MIN_ROWS if n > SHORT else COLUMN_ROWS):
         return 0
