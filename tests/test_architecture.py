@@ -183,3 +183,39 @@ def test_name_comparison_pattern_catches_the_usual_forms():
                  'if mod.startswith("dask"):', 'if "torch" != n:'):
         assert _COMPARISON.search(code), code
     assert not _COMPARISON.search('BACKENDS = ("numpy", "dask")')
+
+
+# --------------------------------------------------------------------------- tape nodes
+def _node_builders(source: str, path: str) -> list[str]:
+    """Where ``source`` builds a tape node (``Node()``) or appends to a tape (``.nodes.append``)
+    outside ``make_node``."""
+    found = []
+
+    def visit(node, func):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else func
+            if isinstance(child, ast.Call) and inner != "make_node":
+                f = child.func
+                built = isinstance(f, ast.Name) and f.id == "Node"
+                appended = (isinstance(f, ast.Attribute) and f.attr == "append"
+                            and isinstance(f.value, ast.Attribute) and f.value.attr == "nodes")
+                if built or appended:
+                    found.append(f"{path}:{child.lineno}: {ast.unparse(child)}")
+            visit(child, inner)
+
+    visit(ast.parse(source), None)
+    return found
+
+
+def test_one_function_builds_tape_nodes():
+    """Every op's recording, the elementwise fast paths included, goes through make_node."""
+    bad = []
+    for path in sorted((SRC / "autodiff").rglob("*.py")) + sorted((SRC / "func").rglob("*.py")):
+        bad += _node_builders(path.read_text(), str(path.relative_to(SRC.parent)))
+    assert not bad, "tape nodes built outside make_node:\n" + "\n".join(bad)
+
+
+def test_node_builder_check_would_catch_an_inline_node():
+    inline = "def f(top):\n    node = Node()\n    node.rule = 1\n    top.nodes.append(node)\n"
+    assert len(_node_builders(inline, "x.py")) == 2
+    assert not _node_builders("def make_node(trace):\n    n = Node()\n    trace.nodes.append(n)\n", "x.py")

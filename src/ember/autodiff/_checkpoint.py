@@ -639,7 +639,7 @@ def _traced(a, trace):
     """``a`` with each differentiable array leaf a leaf of ``trace`` (memory_report's inputs)."""
     from .. import tree as _tree
     from ._namespace import namespace
-    from ._trace import make_node
+    from ._trace import LeafNode
 
     leaves, treedef = _tree.flatten(a)
     new = []
@@ -648,6 +648,6 @@ def _traced(a, trace):
             x = namespace(x).asarray(x) if not isinstance(x, Tensor) else x
             ns = type(x)._ns
             if ns._dispatch.is_differentiable(x):
-                x = ns._dispatch.make(x, make_node(None, None, None, (), None, trace, ns))
+                x = ns._dispatch.make(x, LeafNode(trace, ns))
         new.append(x)
     return _tree.unflatten(treedef, new)

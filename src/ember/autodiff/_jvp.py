@@ -25,9 +25,10 @@ record them (higher order).
 
 from __future__ import annotations
 
+from ._rules import SELECT
 from ._rules._util import is_complex
 from ._tensor import Tensor
-from ._trace import LeafNode, SelectNode, Trace, backward
+from ._trace import LeafNode, Trace, backward
 from ._api_tables import BILINEAR, LINEAR, NOT_HOLOMORPHIC
 
 __all__ = ["forward_trace", "leaf", "tangent_of", "LINEAR", "BILINEAR"]
@@ -39,9 +40,9 @@ def tangent_of(node):
     """The tangent held for ``node`` of a forward trace (None: zero)."""
     if node is None:
         return None
-    if node.__class__ is SelectNode:
+    if node.rule is SELECT:
         slots = node.parents[0].g
-        return None if slots is None else slots[node.index]
+        return None if slots is None else slots[node.params]
     return node.g
 
 
@@ -169,7 +170,7 @@ def _elementwise_raw(node, fns):
     R = d.raw_ns
     if n == 1:
         p = node.parents[0]
-        t = None if p is None else p.g if p.__class__ is not SelectNode else tangent_of(p)
+        t = None if p is None else p.g if p.rule is not SELECT else tangent_of(p)
         if t is None:
             return None
         a = args[0]
@@ -187,7 +188,7 @@ def _elementwise_raw(node, fns):
             return _GENERAL
         out = None
         for p, a, f in zip(node.parents, args, fns):
-            t = None if p is None else p.g if p.__class__ is not SelectNode else tangent_of(p)
+            t = None if p is None else p.g if p.rule is not SELECT else tangent_of(p)
             if t is None:
                 continue
             if a.__class__ is not T or a._node is not None or t.__class__ is not T or t._node is not None \

@@ -37,7 +37,7 @@ from ._batching import BatchedArgument, batched_class
 from ._batching import dispatch as _batch_dispatch
 from ._rules._base import _SPECS, NOT_KEPT, spec_of
 from ._tensor import Tensor, mixing_error, raw_value
-from ._trace import Node, make_node, active_traces
+from ._trace import make_node, active_traces
 from ._views import VIEW_FUNCTIONS, basic_key, before_write, note_function_view, note_view, written
 
 __all__ = ["namespace"]
@@ -350,19 +350,16 @@ class _Dispatcher:
             if not self.is_differentiable(ans):
                 return ans
             node = make_node(rule, inner, params, tuple(parents), ans, top, self.module)
-            top.nodes.append(node)
             if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
                 top.saver(node, impl)
             return self.make(ans, node)
         node = make_node(rule, inner, params, tuple(parents), tuple(ans), top, self.module)
-        top.nodes.append(node)
         if top.saver is not None:
             top.saver(node, impl)
         outs = []
         for i, a in enumerate(ans):
             if self.is_differentiable(a):
-                sel = make_node(SELECT, None, None, (node,), None, top, self.module, index=i)
-                top.nodes.append(sel)
+                sel = make_node(SELECT, None, i, (node,), None, top, self.module)
                 outs.append(self.make(a, sel))
             else:
                 outs.append(a)
@@ -436,16 +433,7 @@ class _Dispatcher:
             ok = self.is_differentiable(ans)
         if not ok:
             return ans
-        node = Node()  # (make_node's stores inline)
-        node.rule = rule
-        node.args = tuple(inner)
-        node.params = params
-        node.parents = tuple(parents)
-        node.ans = ans
-        node.g = None
-        node.trace = top
-        node.ns = self.module
-        top.nodes.append(node)
+        node = make_node(rule, tuple(inner), params, tuple(parents), ans, top, self.module)
         if top.saver is not None:  # checkpointing: may drop values (autodiff/_checkpoint.py)
             top.saver(node, impl)
         elif rule.saves is not None and len(inner) == len(rule.saves) - 1:
@@ -501,9 +489,9 @@ class _Dispatcher:
     def _unary(self, name, raw):
         """``name(x)``: the untracked and one-level traced cases inline, the rest through ``call``.
 
-        The hot paths build their objects directly (no helper calls): an
-        untracked op costs one backend call and one Tensor; a traced one adds
-        a tape node and the tracked handle. A unary op with a rule maps a
+        The hot paths build their Tensors directly: an untracked op costs one
+        backend call and one Tensor; a traced one adds a tape node
+        (``make_node``) and the tracked handle. A unary op with a rule maps a
         floating input to a floating result, so no dtype check is needed.
         """
         T, A, call, coerce, mod, rule_of = self.T, self.A, self.call, self.coerce, self.module, RULES.get
@@ -547,23 +535,14 @@ class _Dispatcher:
                 rule = rule_of(name)
                 if rule is None:
                     return ans if not top.stages else call(name, raw, (x,), {})
-                node = Node()  # make_node, inlined: this is the hottest path
-                node.rule = rule
-                node.params = _NOPARAMS
-                node.parents = (n,)
-                node.g = None
-                node.trace = top
-                node.ns = mod
-                top.nodes.append(node)
                 sv = top.saver  # (a saver may recompute a result: its nodes keep every input)
                 s = rule.saves if sv is None else None
                 if s is None:
-                    node.args = (low,)
-                    node.ans = ans
+                    node = make_node(rule, (low,), _NOPARAMS, (n,), ans, top, mod)
                 else:  # only what the VJP reads (Rule.saves; _SAVES codes: 1 spec, 3 none)
                     m = s[0]
-                    node.args = (spec_of(r),) if m == 1 else _NOARG if m == 3 else (low,)
-                    node.ans = ans if s[1] else None
+                    node = make_node(rule, (spec_of(r),) if m == 1 else _NOARG if m == 3 else (low,),
+                                     _NOPARAMS, (n,), ans if s[1] else None, top, mod)
                 if sv is not None:  # checkpointing (autodiff/_checkpoint.py)
                     sv(node, raw)
                 t = T()
@@ -680,16 +659,7 @@ class _Dispatcher:
                     l2._node = None
                 elif c2 is not None:
                     l2 = x2
-            node = Node()  # make_node, inlined
-            node.rule = rule
-            node.args = (l1, l2)
-            node.params = _NOPARAMS
-            node.parents = (n1, n2)
-            node.ans = kept
-            node.g = None
-            node.trace = top
-            node.ns = mod
-            top.nodes.append(node)
+            node = make_node(rule, (l1, l2), _NOPARAMS, (n1, n2), kept, top, mod)
             if sv is not None:
                 sv(node, raw)
             t = T()

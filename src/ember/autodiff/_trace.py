@@ -20,7 +20,7 @@ import weakref
 
 from .._config import CONFIG
 
-__all__ = ["Trace", "Node", "SelectNode", "LeafNode", "make_node", "active_traces", "live_traces", "backward"]
+__all__ = ["Trace", "Node", "LeafNode", "make_node", "active_traces", "live_traces", "backward"]
 
 #: Stack of traces that are open right now, innermost last.
 active_traces: list = []
@@ -175,24 +175,18 @@ class Node:
     ``parents[i]`` is the node of input i on the same trace, or None when input
     i is a constant for this trace. ``g`` accumulates the cotangent of ``ans``
     during the backward pass. Leaves (the inputs of a transform) have
-    ``rule is None``. Eight slots: a node is 96 bytes (a ninth would make it
+    ``rule is None``; output i of a multi-output op is a select node (rule
+    ``SELECT``, the op's node as its one parent, ``params == i``). Eight slots: a node is 96 bytes (a ninth would make it
     112, and a 1,000,000-op tape is a million of them).
     """
 
     __slots__ = ("rule", "args", "params", "parents", "ans", "g", "trace", "ns")
-    # Node() then filling the slots is twice as fast as a Python __init__; the
-    # elementwise fast paths do that inline, everything else calls make_node
+    # Node() then filling the slots is twice as fast as a Python __init__: make_node does that
     __init__ = object.__init__
 
     def __repr__(self):
         name = self.rule.name if self.rule is not None else "leaf"
         return f"<Node {name} level={self.trace.level}>"
-
-
-class SelectNode(Node):
-    """Output ``index`` of a multi-output node (``parents == (node,)``, rule ``_select``)."""
-
-    __slots__ = ("index",)
 
 
 class LeafNode:
@@ -216,10 +210,14 @@ class LeafNode:
         return f"<Node leaf level={self.trace.level}>"
 
 
-def make_node(rule, args, params, parents, ans, trace, ns, index=None) -> Node:
-    """A new tape node (see :class:`Node` for the fields; a :class:`SelectNode` with an
-    ``index``); ``g`` starts empty."""
-    n = Node() if index is None else SelectNode()
+def make_node(rule, args, params, parents, ans, trace, ns) -> Node:
+    """Record a new node at the end of ``trace``'s tape and return it.
+
+    The one place a tape node is built: every op's recording calls it, the
+    elementwise fast paths included (see :class:`Node` for the fields). ``g``
+    starts empty.
+    """
+    n = Node()
     n.rule = rule
     n.args = args
     n.params = params
@@ -228,8 +226,7 @@ def make_node(rule, args, params, parents, ans, trace, ns, index=None) -> Node:
     n.g = None
     n.trace = trace
     n.ns = ns
-    if index is not None:
-        n.index = index
+    trace.nodes.append(n)
     return n
 
 
@@ -240,12 +237,16 @@ def _accumulate(node, g):
 
 
 def route_to_slot(node, g) -> None:
-    """Add ``g``, the cotangent of output ``node.index`` of a multi-output node, into its slot."""
+    """Add ``g``, the cotangent of one output of a multi-output node, into its slot.
+
+    ``node`` is that output's select node: rule ``SELECT``, ``parents == (op's node,)``
+    and the output's index as its ``params``.
+    """
     parent = node.parents[0]
     slots = parent.g
     if slots is None:
         slots = parent.g = [None] * len(parent.ans)
-    i = node.index
+    i = node.params
     slots[i] = g if slots[i] is None else slots[i] + g
 
 
