@@ -13,7 +13,8 @@ Workloads (reported per call; ratios ``X-jvp / X-forward``):
 
 Implementations: ``ember-forward`` (the function on untracked tensors),
 ``ember-jvp``, ``ember-grad`` (for scale), ``torch-forward`` / ``torch-jvp``
-(``torch.func.jvp``), ``jax-forward`` / ``jax-jvp`` (eager ``jax.jvp``).
+(``torch.func.jvp``), ``jax-forward`` / ``jax-jvp`` (eager ``jax.jvp``); on the
+chain also ``ember-jit-forward`` / ``ember-jit-jvp`` (each jitted).
 
 Run: ``python benchmarks/forward_mode.py [--quick]`` or ``benchmarks/run forward_mode``.
 """
@@ -42,8 +43,11 @@ def _chain_setups() -> dict[str, Callable[[], Callable[[], Any]]]:
             def f(a: Any) -> Any:
                 return xp.sum(chain(a, xp))
 
+            jf = ember.jit(f)
+            jj = ember.jit(lambda a, u: ember.jvp(f, (a,), (u,)))
             call = {"forward": lambda: f(x), "jvp": lambda: ember.jvp(f, (x,), (t,)),
-                    "grad": lambda: ember.grad(f)(x)}[kind]
+                    "grad": lambda: ember.grad(f)(x), "jit-forward": lambda: jf(x),
+                    "jit-jvp": lambda: jj(x, t)}[kind]
             call()
         return call
 
@@ -69,6 +73,7 @@ def _chain_setups() -> dict[str, Callable[[], Callable[[], Any]]]:
 
     return {"ember-forward": lambda: ember_impl("forward"), "ember-jvp": lambda: ember_impl("jvp"),
             "ember-grad": lambda: ember_impl("grad"),
+            "ember-jit-forward": lambda: ember_impl("jit-forward"), "ember-jit-jvp": lambda: ember_impl("jit-jvp"),
             "torch-forward": lambda: torch_impl("forward"), "torch-jvp": lambda: torch_impl("jvp"),
             "jax-forward": lambda: jax_impl("forward"), "jax-jvp": lambda: jax_impl("jvp")}
 
@@ -122,7 +127,8 @@ def _mlp_setups() -> dict[str, Callable[[], Callable[[], Any]]]:
 def workloads() -> list[Workload]:
     """``jvp_chain`` and ``jvp_mlp``, each implementation's jvp against its own forward."""
     ratios = [("ember-jvp", "ember-forward"), ("ember-grad", "ember-forward"),
-              ("torch-jvp", "torch-forward"), ("jax-jvp", "jax-forward")]
+              ("torch-jvp", "torch-forward"), ("jax-jvp", "jax-forward"),
+              ("ember-jit-jvp", "ember-jit-forward"), ("ember-jit-jvp", "ember-forward")]
     return [
         Workload(name="jvp_chain", unit="us/op",
                  description=f"jvp vs forward, sum of a {N_OPS}-op chain, float64 (8,)",

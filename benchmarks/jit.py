@@ -11,7 +11,9 @@ Workloads:
 
 - ``jit_chain`` (us/op): ``grad(sum(chain(x)))`` of ``overhead.py``'s chain on
   float64 (8,): ``ember-jit`` (``jit(grad(f))``), ``ember-grad`` (eager),
-  ``numpy`` (the raw forward chain: NumPy's own per-op cost), ``jax-jit``.
+  ``numpy`` (the raw forward chain: NumPy's own per-op cost), ``jax-jit``;
+  ``ember-jit-vg`` / ``jax-jit-vg``: ``value_and_grad`` jitted (the value is a
+  second output, so the forward's values are read by two fused regions).
 - ``jit_mlp`` (ms/step): MLP 784-256-256-10, batch 128, SGD, float32:
   ``numpy-hand`` (``mlp.py``'s in-place hand-written step), ``numpy`` (its plain
   hand-written step, the issue's reference), ``ember-step``
@@ -46,11 +48,11 @@ from overhead import N_OPS, _input, chain, import_ember
 
 # ------------------------------------------------------------------ chain
 def _chain_setups() -> dict[str, Callable[[], Callable[[], Any]]]:
-    def ember_impl(jit: bool) -> Callable[[], Any]:
+    def ember_impl(jit: bool, value: bool = False) -> Callable[[], Any]:
         ember, xp = import_ember()
         with peers.ember_ready():
             x = xp.asarray(_input())
-            g = ember.grad(lambda a: xp.sum(chain(a, xp)))
+            g = (ember.value_and_grad if value else ember.grad)(lambda a: xp.sum(chain(a, xp)))
             call = ember.jit(g) if jit else g
             call(x)
         return lambda: call(x)
@@ -59,15 +61,16 @@ def _chain_setups() -> dict[str, Callable[[], Callable[[], Any]]]:
         x = _input()
         return lambda: chain(x, np)
 
-    def jax_impl() -> Callable[[], Any]:
+    def jax_impl(value: bool = False) -> Callable[[], Any]:
         jax, jnp = peers.import_jax()
         x = jnp.asarray(_input())
-        g = jax.jit(jax.grad(lambda a: jnp.sum(chain(a, jnp))))
-        g(x).block_until_ready()
-        return lambda: g(x).block_until_ready()
+        g = jax.jit((jax.value_and_grad if value else jax.grad)(lambda a: jnp.sum(chain(a, jnp))))
+        jax.block_until_ready(g(x))
+        return lambda: jax.block_until_ready(g(x))
 
     return {"ember-jit": lambda: ember_impl(True), "ember-grad": lambda: ember_impl(False),
-            "numpy": numpy_impl, "jax-jit": jax_impl}
+            "numpy": numpy_impl, "jax-jit": jax_impl,
+            "ember-jit-vg": lambda: ember_impl(True, value=True), "jax-jit-vg": lambda: jax_impl(True)}
 
 
 # ------------------------------------------------------------------ MLP
@@ -194,7 +197,8 @@ def workloads(quick: bool = False) -> list[Workload]:
         Workload(name="jit_chain", unit="us/op", impls=_chain_setups(), reference="numpy",
                  ops_per_call=N_OPS,
                  description=f"grad of sum(chain) ({N_OPS} ops, float64 (8,)), forward + backward",
-                 ratios=[("ember-jit", "jax-jit"), ("ember-jit", "ember-grad")]),
+                 ratios=[("ember-jit", "jax-jit"), ("ember-jit", "ember-grad"),
+                         ("ember-jit-vg", "jax-jit-vg")]),
         Workload(name="jit_mlp", unit="ms/step", impls=_mlp_setups(), reference="numpy-hand",
                  description="MLP 784-256-256-10 ReLU, batch 128, SGD step, float32",
                  ratios=[("ember-jit-step", "numpy-hand"), ("ember-jit-step", "numpy"),

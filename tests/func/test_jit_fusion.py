@@ -1,6 +1,6 @@
 """ember.jit's fusion pass: small elementwise ops run as one numexpr call; the results and
-gradients equal eager ones (1e-12, float64) and central differences; values read by two
-regions are computed once; large arrays, other backends, small and wide regions stay unfused."""
+gradients equal eager ones (1e-12, float64) and central differences; a value two regions read
+is recomputed in each while that is cheap, else computed once; large arrays, other backends, small and wide regions stay unfused."""
 
 from __future__ import annotations
 
@@ -89,16 +89,89 @@ def test_the_chain_is_one_call_and_float32_stays_float32():
 
 
 @needs_fuser
-def test_a_value_two_regions_read_is_computed_once():
+def test_a_value_two_regions_read_is_recomputed_in_each_while_that_is_cheap():
     def f(x):
         t = xp.sin(x) * 2.0 + 0.5  # read by the sum's region and by the output's
         return xp.sum(xp.exp(t) * 0.5 + 1.0), xp.cos(t) * 3.0 - 1.0
 
     x = xp.asarray(np.linspace(0, 1, 16))
     j = ember.jit(f)
-    assert str(j.lower(x)).count("sin(") == 1 and n_fused(j, x) == 3  # (t: a region of its own)
+    assert str(j.lower(x)).count("sin(") == 2 and n_fused(j, x) == 2  # (t: in both programs)
     for a, b in zip(j(x), f(x)):
         np.testing.assert_allclose(raw(a), raw(b), rtol=1e-12)
+
+
+@needs_fuser
+@pytest.mark.parametrize("n, calls_wanted", [(8, 2), (64, 3)])
+def test_recomputing_stops_where_its_work_would_pass_the_limit(n, calls_wanted):
+    # per step: a sin (as costly as max_elements' ratio says: 8 elements of a cheap op each)
+    # and a product; ten steps on 64 elements are more work than RECOMPUTE_WORK
+    from ember.func._jit_fusion import RECOMPUTE_WORK
+
+    steps = 10
+    assert steps * 8 * (8 + 1) <= RECOMPUTE_WORK < steps * 64 * (8 + 1)
+
+    def f(x):
+        t = x
+        for _ in range(steps):
+            t = xp.sin(t) * 0.9
+        return xp.sum(xp.exp(t) * 0.5 + 1.0), xp.cos(t) * 3.0 - 1.0
+
+    x = xp.asarray(np.linspace(0, 1, n))
+    j = ember.jit(f)
+    assert n_fused(j, x) == calls_wanted  # (64: part of t's chain is a call of its own)
+    for a, b in zip(j(x), f(x)):
+        np.testing.assert_allclose(raw(a), raw(b), rtol=1e-12)
+
+
+@needs_fuser
+def test_a_value_recomputed_in_a_region_left_unfused_is_still_computed():
+    # the second region reads more inputs than the fuser takes: its ops stay NumPy calls,
+    # t's among them, while the first region's program recomputes t
+    ys = [xp.asarray(np.full(8, float(i))) for i in range(30)]
+
+    def f(x, ys):
+        t = xp.sin(x) * 2.0 + 0.5
+        acc = t * 1.5
+        for y in ys:
+            acc = acc + y * 0.5
+        return xp.sum(xp.exp(t) * 0.5 + 1.0), acc
+
+    x = xp.asarray(np.linspace(0, 1, 8))
+    j = ember.jit(f)
+    assert n_fused(j, x, ys) == 1 and calls(j, "sin", x, ys) == 1
+    for a, b in zip(j(x, ys), f(x, ys)):
+        np.testing.assert_allclose(raw(a), raw(b), rtol=1e-12)
+
+
+_UNARY = [xp.sin, xp.cos, xp.tanh, lambda a: xp.exp(xp.tanh(a)), lambda a: a * 0.75]
+_BINARY = [xp.add, xp.subtract, xp.multiply, xp.maximum]
+
+
+@needs_fuser
+@settings(**SETTINGS)
+@given(data=st.data(), n=st.sampled_from([1, 8, 64, 300]))
+def test_random_graphs_with_shared_values_equal_eager(data, n):
+    # values read by several regions (sums, outputs, other values), on sizes below and above
+    # the recomputation limit: jit's programs equal the eager ops
+    steps = data.draw(st.lists(st.tuples(st.booleans(), st.integers(0, 4), st.integers(0, 3),
+                                         st.integers(0, 1 << 16), st.integers(0, 1 << 16)),
+                               min_size=1, max_size=30), label="steps")
+    kinds = data.draw(st.lists(st.integers(0, 2), min_size=len(steps), max_size=len(steps)), label="outs")
+
+    def f(x):
+        vals = [x]
+        for binary, u, b, i, k in steps:
+            a = vals[i % len(vals)]
+            vals.append(_BINARY[b](a, vals[k % len(vals)]) if binary else _UNARY[u](a))
+        # each value: dropped (0), summed (1) or returned (2); the last one always returned
+        outs = [xp.sum(v) if kind == 1 else v for v, kind in zip(vals[1:], kinds) if kind]
+        return outs + [vals[-1]]
+
+    x = xp.asarray(np.linspace(-1.0, 1.0, n))
+    for a, b in zip(ember.jit(f)(x), f(x)):  # (the C library's sin and NumPy's may differ in the
+        # last bit: a sum of O(1) terms that cancel keeps an absolute error of that order)
+        np.testing.assert_allclose(raw(a), raw(b), rtol=1e-12, atol=1e-12)
 
 
 @needs_fuser

@@ -7,11 +7,15 @@ its function on its dtypes, it has no keywords, and its result is small enough
 
 A fusable op whose result something else reads (an output, a matmul, a
 reduction, an op of another backend) is a *root*; every other fusable op
-belongs to the region of the one root that reads it, directly or through
-other ops of that region, and becomes an instruction of that root's fused
-call. An op that two regions read becomes a root of its own (computed once,
-read as an input by both), as does one whose region's result is larger than
-its function is worth fusing at. A region of at least :data:`MIN_OPS` ops
+belongs to the regions of the roots that read it, directly or through other
+ops of those regions, and becomes an instruction of each one's fused call.
+An op that several regions read is recomputed in each (the forward values of
+``jit(value_and_grad(f))`` feed the value and the gradient) while the work
+so recomputed along a path stays within :data:`RECOMPUTE_WORK`; past that it
+becomes a root of its own (computed once, read as an input by all), as does
+one whose regions' results are larger than its function is worth fusing at.
+An op kept for a region that stays unfused still runs as it was. A region of
+at least :data:`MIN_OPS` ops
 becomes one ``_fused`` op (a fused call's fixed cost is about two NumPy
 calls'); a smaller one, or one the fuser cannot compile (too many inputs or
 values alive at once), keeps its ops as they were.
@@ -24,10 +28,14 @@ import math
 from .. import backend as _backend
 from ..autodiff._staging import Graph, Op, Ref, _collect
 
-__all__ = ["fuse_elementwise", "FUSED", "MIN_OPS"]
+__all__ = ["fuse_elementwise", "FUSED", "MIN_OPS", "RECOMPUTE_WORK"]
 
 FUSED = "_fused"  # the op's name (one of the rules' run-time kernel names: no primitive's key)
 MIN_OPS = 3  # the fewest ops a fused call replaces (benchmarks/fusion.py: two cost about one call)
+#: the most work (elements of the cheapest function; a costlier one counts as many elements as
+#: its size limit is smaller) that recomputing values in other regions may add along one path:
+#: about what a fused call's fixed cost is worth (benchmarks/fusion.py)
+RECOMPUTE_WORK = 4096
 
 
 def _dtype(v) -> str:
@@ -84,7 +92,8 @@ def _fusable(g: Graph, op: Op, fusers: dict):
 
 
 def _regions(g: Graph, nodes: dict) -> dict:
-    """slot of each fusable op -> the root slot of its region (see the module docstring)."""
+    """slot of each fusable op -> the root slots of the regions it belongs to (see the module
+    docstring): one, or several for an op recomputed in each region that reads it."""
     readers: dict = {}
     for op in g.ops:
         for r in op.refs():
@@ -93,25 +102,35 @@ def _regions(g: Graph, nodes: dict) -> dict:
     _collect(g.outputs, outs)
     outs = set(outs)
     region: dict = {}
+    work: dict = {}  # slot -> the work recomputed in other regions, on the path from its roots
     for op in reversed(g.ops):  # (each op's readers come after it)
         s = op.outs[0] if op.outs else None
         n = nodes.get(s)
         if n is None:
             continue
-        rs = readers.get(s, ())
-        roots = set()
-        for r in rs:
-            rn = nodes.get(r.outs[0])  # (a fusable op has one result; a multi-result op is none)
+        roots: set | None = set()
+        dup = 0
+        for r in readers.get(s, ()):
+            rs = r.outs[0]
+            rn = nodes.get(rs)  # (a fusable op has one result; a multi-result op is none)
             if rn is None or rn[0] is not n[0]:
                 roots = None
                 break
-            roots.add(region[r.outs[0]])
-        if s in outs or not roots or len(roots) > 1:
-            region[s] = s
+            roots.update(region[rs])
+            dup = max(dup, work[rs])
+        region[s], work[s] = (s,), 0
+        if s in outs or not roots:
             continue
-        root = roots.pop()
-        fits = math.prod(g.values[root].shape) <= n[0].max_elements[op.name]
-        region[s] = root if fits else s
+        fz = n[0]
+        if any(math.prod(g.values[root].shape) > fz.max_elements[op.name] for root in roots):
+            continue
+        if len(roots) > 1:  # recomputed in each region while the copies' work stays small
+            cheapest = max(fz.max_elements.values())
+            dup += (len(roots) - 1) * math.prod(g.values[s].shape) * cheapest // fz.max_elements[op.name]
+            if dup > RECOMPUTE_WORK:
+                continue
+            work[s] = dup
+        region[s] = tuple(roots)
     return region
 
 
@@ -164,10 +183,9 @@ def fuse_elementwise(g: Graph) -> None:
     region = _regions(g, nodes)
     members: dict = {}
     for op in g.ops:
-        s = op.outs[0] if op.outs else None
-        if s in region:
-            members.setdefault(region[s], []).append(op)
-    replaced: dict = {}  # id of each op of a fused region -> the fused op (its root's), or None
+        for root in region.get(op.outs[0] if op.outs else None, ()):
+            members.setdefault(root, []).append(op)
+    fused: dict = {}  # root slot -> its region's fused op
     for root, ops in members.items():
         if len(ops) < MIN_OPS:
             continue
@@ -181,8 +199,13 @@ def fuse_elementwise(g: Graph) -> None:
             continue
         op = Op(FUSED, fn, tuple(inputs), {}, [root])
         op.note = _show(program)
-        replaced.update((id(m), None) for m in ops)
-        replaced[id(ops[-1])] = op  # (the root: the last op of its region)
-    if replaced:
-        ops = [replaced.get(id(op), op) for op in g.ops]
-        g.ops = [op for op in ops if op is not None]
+        fused[root] = op
+    if fused:
+        ops = []
+        for op in g.ops:
+            s = op.outs[0] if op.outs else None
+            if s in fused:  # (a root: the last op of its region)
+                ops.append(fused[s])
+            elif s not in region or not all(root in fused for root in region[s]):
+                ops.append(op)  # (an op of a region left unfused still computes its value)
+        g.ops = ops
