@@ -677,3 +677,49 @@ def test_a_call_whose_structure_differs_from_the_last_ones_retraces():
             np.testing.assert_array_equal(raw(got[k]), raw(p[k]) * scale)
     # ({a}, {a, b}, {b}, {a, b} again with its number traced once it changed, {a} of another shape)
     assert f.trace_count == 5
+
+
+def test_value_checks_come_back_after_traces_that_overlap():
+    # jit and vmap turn the namespace's cheap value checks off while they trace; blocks that
+    # end out of order (two threads) must leave them on once the last one ends
+    xp = ns("numpy")
+    d = xp._dispatch
+    a, b = d.unseen_values(), d.unseen_values(raw=False)
+    a.__enter__()
+    b.__enter__()
+    assert not xp._cheap_any and not d.raw_ns._cheap_any
+    a.__exit__(None, None, None)  # (the first to begin ends first)
+    assert not xp._cheap_any and not d.raw_ns._cheap_any
+    b.__exit__(None, None, None)
+    assert xp._cheap_any and d.raw_ns._cheap_any
+
+
+def test_traces_in_two_threads_leave_value_checks_on():
+    import sys
+    import threading
+
+    xp = ns("numpy")
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(30):
+                x = xp.asarray(np.linspace(-1.0, 1.0, 4 + i % 3 + k))  # (a new shape: a new trace)
+                f = ember.jit(lambda x: xp.sum(xp.maximum(x, 0.0) * 2.0))
+                ember.vmap(ember.grad(lambda x: xp.sum(xp.maximum(x, 0.0))))(xp.reshape(x, (1, -1)))
+                assert float(f(x)) == float(xp.sum(xp.maximum(x, 0.0) * 2.0))
+        except Exception as e:  # (reported below, from the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch often: traces interleave)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    assert xp._cheap_any and xp._dispatch.raw_ns._cheap_any

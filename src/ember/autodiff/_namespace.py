@@ -14,10 +14,12 @@ the inputs, calls the op one level down and records a node.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import operator
 import sys
+import threading
 import types
 
 from .. import backend as _backend
@@ -65,6 +67,7 @@ def _array_like(x) -> bool:
 
 _NOPARAMS: dict = {}  # shared, never mutated: the params of ops that take none
 _NOARG = (NOT_KEPT,)  # the args of a unary node whose VJP reads only its result
+_UNSEEN_LOCK = threading.Lock()  # (unseen_values' counts: traces in several threads)
 
 
 def _keep_only_read(node, saves, raw, parents) -> None:
@@ -200,6 +203,7 @@ class _Dispatcher:
         # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
         # test for a rare case (ties in maximum) instead of always computing its correction
         mod._cheap_any = self.raw_ns._cheap_any = caps.cheap_checks
+        self._unseen = 0  # the unseen_values blocks open now
         # the same, fixed: jit and vmap turn ``_cheap_any`` off while they trace, but a choice
         # that depends only on the backend (a stacked product as one GEMM) stays
         mod._eager_host = self.raw_ns._eager_host = caps.cheap_checks
@@ -442,6 +446,27 @@ class _Dispatcher:
         t._value = ans
         t._node = node
         return t
+
+    @contextlib.contextmanager
+    def unseen_values(self, raw: bool = True):
+        """Turn ``_cheap_any`` off (the module's, and with ``raw`` the backend namespace's)
+        while the values seen are not the ones ops will run on: jit staging, vmap batching.
+
+        Counted, not saved and restored: blocks that overlap (traces in two threads, a vmap
+        inside a jit trace) leave the flag as the backend's abilities say once the last ends.
+        """
+        with _UNSEEN_LOCK:
+            self._unseen += 1
+            self.module._cheap_any = False
+            if raw:
+                self.raw_ns._cheap_any = False
+        try:
+            yield
+        finally:
+            with _UNSEEN_LOCK:
+                self._unseen -= 1
+                if not self._unseen:
+                    self.module._cheap_any = self.raw_ns._cheap_any = self.caps.cheap_checks
 
     def is_differentiable(self, t) -> bool:
         """Whether a result of this dtype can carry a gradient (floating or complex)."""

@@ -23,6 +23,7 @@ signature's graphs that trace some.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from typing import Any, Callable, Sequence
@@ -437,15 +438,13 @@ class Jitted:
         for i, a in enumerate(targs):
             if a is _STATIC:
                 targs[i] = args[i]
-        saved = {k: m._cheap_any for k, m in mods.items()}
         try:
-            for m in mods.values():  # rules must not branch on values while staging
-                m._cheap_any = m._dispatch.raw_ns._cheap_any = False
-            with trace:
-                res = self._f(*targs, **tkw)
+            with contextlib.ExitStack() as unseen:
+                for m in mods.values():  # rules must not branch on values while staging
+                    unseen.enter_context(m._dispatch.unseen_values())
+                with trace:
+                    res = self._f(*targs, **tkw)
         finally:
-            for k, m in mods.items():
-                m._cheap_any = m._dispatch.raw_ns._cheap_any = saved[k]
             trace.release()
         g = trace.graph
         out_leaves, out_def = _tree.flatten(res, is_leaf=_is_traced)

@@ -151,19 +151,14 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, *, fallback: str = "e
         size, raw_only, ns = _batch_size(leaves, axes, names)
         # rules may test a rare case with bool(xp.any(...)) where that is cheap; on batched
         # values the test is per example, so they take their general branch instead
-        cheap = ns._cheap_any
-        ns._cheap_any = False
-        try:
-            with BatchTrace(size, fallback) as trace:
-                inputs = [_batched_input(x, a, trace) for x, a in zip(leaves, axes)]
-                bargs, bkwargs = _tree.unflatten(treedef, inputs)
-                res = f(*bargs, **bkwargs)
-                out_leaves, out_def = _tree.flatten(res)
-                oaxes = _leaf_axes(out_axes, res, "out_axes", "function's result")
-                onames = [f"result {p}" if str(p) else "the result" for p in _tree.paths(res)]
-                outs = [_output(y, a, trace, n) for n, y, a in zip(onames, out_leaves, oaxes)]
-        finally:
-            ns._cheap_any = cheap
+        with ns._dispatch.unseen_values(raw=False), BatchTrace(size, fallback) as trace:
+            inputs = [_batched_input(x, a, trace) for x, a in zip(leaves, axes)]
+            bargs, bkwargs = _tree.unflatten(treedef, inputs)
+            res = f(*bargs, **bkwargs)
+            out_leaves, out_def = _tree.flatten(res)
+            oaxes = _leaf_axes(out_axes, res, "out_axes", "function's result")
+            onames = [f"result {p}" if str(p) else "the result" for p in _tree.paths(res)]
+            outs = [_output(y, a, trace, n) for n, y, a in zip(onames, out_leaves, oaxes)]
         if raw_only:
             outs = [raw_value(o) if isinstance(o, Tensor) else o for o in outs]
         return _tree.unflatten(out_def, outs)
