@@ -3,6 +3,9 @@ special values included; registers are reused; a program too wide to compile say
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,28 +15,11 @@ from hypothesis.extra import numpy as hnp
 import ember.backend as eb
 from ember.backend._fusion import SIGNATURES
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _fusion_cases import SPECIAL, _arity, _ref  # noqa: E402
+
 FUSER = eb.fuser(eb.get("numpy"))
 pytestmark = pytest.mark.skipif(FUSER is None, reason="numexpr is not installed (pip install ember[fuse])")
-
-#: NumPy's function of each array-API name (the reference)
-_NP = {"asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "atan2": np.arctan2, "asinh": np.arcsinh,
-       "acosh": np.arccosh, "atanh": np.arctanh, "pow": np.power, "bitwise_invert": np.logical_not,
-       "bitwise_and": np.logical_and, "bitwise_or": np.logical_or, "bitwise_xor": np.logical_xor}
-SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -2.5, 1e300, -1e-310]
-
-
-def _ref(name):
-    return _NP.get(name) or getattr(np, name)
-
-
-def _arity(name):
-    kind = SIGNATURES[name]
-    if kind == "where":
-        return 3
-    return 1 if name in ("negative", "positive", "square", "logical_not", "bitwise_invert") or (
-        kind == "float" and name not in ("add", "subtract", "multiply", "divide", "pow", "atan2", "hypot",
-                                         "copysign", "maximum", "minimum")) else 2
-
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", sorted(SIGNATURES))

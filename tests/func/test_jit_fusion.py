@@ -242,3 +242,21 @@ def test_a_fused_call_reading_the_donated_buffer_through_a_view_does_not_write_i
         w = xp.reshape(xp.arange(float(np.prod(shape))), shape)
         listing = str(j.lower(w, xp.asarray(np.ones(shape))))
         assert n_fused(j, w, xp.asarray(np.ones(shape))) == 1 and "in place of" not in listing
+
+
+@pytest.mark.gpu
+def test_cupy_jitted_chain_is_one_kernel_and_equals_eager():
+    cp = ad.namespace("cupy")
+
+    def chain(a):
+        y = a
+        for _ in range(10):
+            y = cp.tanh(cp.exp(cp.cos(cp.sin(y) * 0.9) + a) * 0.5 + 0.1)
+        return cp.sum(y)
+
+    x = cp.asarray(np.linspace(-1, 1, 4096))
+    j = ember.jit(ember.grad(chain))
+    got, want = j(x), ember.grad(chain)(x)
+    np.testing.assert_allclose(np.asarray(got.raw.get()), np.asarray(want.raw.get()), rtol=1e-12, atol=1e-12)
+    assert n_fused(j, x) == 1 and calls(j, "sin", x) == 0
+

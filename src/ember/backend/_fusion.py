@@ -5,9 +5,11 @@ per call for each of them (on small arrays, most of the time: docs/performance.m
 a backend's *fuser* turns a whole graph of them into one call. NumPy's comes
 from numexpr (the ``fuse`` extra): ember writes the program of numexpr's virtual machine itself, one
 instruction per function and one register per value, so a value read by
-several functions is computed once. Like every ability it is probed, here on
-first use (numexpr's import is not paid by programs that never jit): a
-backend without a fuser runs its calls as they are.
+several functions is computed once. CuPy's writes one CUDA elementwise kernel
+per program (``kernel_source``: C++ whose text also builds for the CPU, which
+is how the tests check it without a GPU). Like every ability it is probed,
+here on first use (numexpr's import is not paid by programs that never jit):
+a backend without a fuser runs its calls as they are.
 
 A program is a list of instructions ``(name, dtype, args)`` in order: ``name``
 an array-API function, ``dtype`` the real dtype its operands compute in
@@ -18,6 +20,7 @@ instruction's result is the call's result.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -221,6 +224,116 @@ def _probe_numexpr(lib: Any) -> Fuser | None:
         return None
 
 
+# --- CuPy: a CUDA elementwise kernel -------------------------------------------
+
+#: C operators of the functions that are one (``a OP b``; the logical ones on bools)
+_C_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "less": "<", "less_equal": "<=",
+            "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!=", "logical_and": "&&",
+            "bitwise_and": "&&", "logical_or": "||", "bitwise_or": "||", "logical_xor": "!=",
+            "bitwise_xor": "!="}
+#: C++ math functions (overloaded on float and double, as CUDA's are) of other names
+_C_FUNCS = {"abs": "fabs"}
+_C_TYPES = {"float64": "double", "float32": "float", "bool": "bool"}
+
+
+def kernel_source(program: list, input_dtypes: list[str]) -> tuple[list, str, str, list]:
+    """The parts of an elementwise kernel computing ``program``: its parameters
+    ``[(dtype, name)]`` (the inputs ``in0``..., then the program's numbers ``c0``...,
+    scalars), its result's dtype (``out0``), its body (C++, one ``const`` temporary per
+    instruction) and the numbers to pass after the inputs.
+
+    The body uses only C++ operators and ``<cmath>`` functions, overloaded on float and
+    double as CUDA's device functions are: the same text compiles for a GPU (CuPy's
+    ``ElementwiseKernel``) and, in the tests, for the CPU.
+    """
+    params = [(d, f"in{k}") for k, d in enumerate(input_dtypes)]
+    consts: list = []
+    const_name: dict = {}
+    lines = []
+    out = None
+    for i, (name, dtype, args) in enumerate(program):
+        ops = []
+        for a in args:
+            if a[0] == "in":
+                ops.append(f"in{a[1]}")
+            elif a[0] == "node":
+                ops.append(f"t{a[1]}")
+            else:
+                v = a[1]
+                d = "bool" if v.__class__ is bool else dtype
+                key = (d, repr(v))  # (repr: -0.0 is not 0.0)
+                if key not in const_name:
+                    const_name[key] = f"c{len(consts)}"
+                    params.append((d, const_name[key]))
+                    consts.append(v)
+                ops.append(const_name[key])
+        kind = SIGNATURES[name]
+        out = "bool" if kind in ("compare", "logic") else dtype
+        if name in _C_INFIX:
+            expr = f"({ops[0]} {_C_INFIX[name]} {ops[1]})"
+        elif name in ("negative", "logical_not", "bitwise_invert"):
+            expr = f"({'-' if name == 'negative' else '!'}{ops[0]})"
+        elif name == "positive":
+            expr = ops[0]
+        elif name == "square":
+            expr = f"({ops[0]} * {ops[0]})"
+        elif name in ("maximum", "minimum"):  # (NaN from either side and, on a tie such as
+            # -0.0 and 0.0, the second operand: as NumPy's)
+            cmp = ">" if name == "maximum" else "<"
+            expr = f"(({ops[0]} != {ops[0]} || {ops[0]} {cmp} {ops[1]}) ? {ops[0]} : {ops[1]})"
+        elif name == "where":
+            expr = f"({ops[0]} ? {ops[1]} : {ops[2]})"
+        else:
+            expr = f"{_C_FUNCS.get(name, name)}({', '.join(ops)})"
+        lines.append(f"const {_C_TYPES[out]} t{i} = {expr};")
+    lines.append(f"out0 = t{len(program) - 1};")
+    return params, out, "\n".join(lines), consts
+
+
+def _cupy_fuser(cupy: Any) -> Fuser:
+    def compile_program(program: list, input_dtypes: list[str]) -> Callable:
+        params, out, body, consts = kernel_source(program, input_dtypes)
+        kernel = cupy.ElementwiseKernel(", ".join(f"{d} {n}" for d, n in params), f"{out} out0", body,
+                                        "ember_fused")
+        extra = tuple(consts)
+
+        def run(*arrays, out=None):
+            return kernel(*arrays, *extra) if out is None else kernel(*arrays, *extra, out)
+
+        return run
+
+    every = 1 << 62  # (one kernel reads and writes memory once: worth it at any size)
+    return Fuser(
+        name="cupy",
+        signatures=dict(SIGNATURES),
+        dtypes=frozenset({"float32", "float64"}),
+        max_inputs=64,
+        max_elements=dict.fromkeys(SIGNATURES, every),
+        out_params={},
+        _compile=compile_program,
+    )
+
+
+def _probe_cupy(lib: Any) -> Fuser | None:
+    """CuPy's fuser when ``lib``'s arrays are CuPy's and a kernel it writes computes what
+    CuPy's own functions do (so a machine without a GPU, or whose compiler fails, has none)."""
+    cupy = sys.modules.get("cupy")  # (an array of CuPy's means CuPy is imported already)
+    if cupy is None:
+        return None
+    try:
+        a = lib.asarray([1.0, 2.0])
+        if type(a) is not cupy.ndarray:
+            return None
+        f = _cupy_fuser(cupy)
+        program = [("sin", "float64", [("in", 0)]), ("multiply", "float64", [("node", 0), ("const", 2.0)]),
+                   ("add", "float64", [("node", 1), ("in", 1)])]
+        out = f.compile(program, ["float64", "float64"])(a, a)
+        want = cupy.sin(a) * 2.0 + a
+        return f if type(out) is cupy.ndarray and bool(cupy.allclose(out, want, rtol=1e-14, atol=0)) else None
+    except Exception:
+        return None
+
+
 _lock = threading.Lock()
 _fusers: dict[int, tuple[Any, Fuser | None]] = {}
 
@@ -244,7 +357,7 @@ def fuser(xp: Any) -> Fuser | None:
         lib = raw(xp)
     except Exception:
         lib = None
-    found = _probe_numexpr(lib) if lib is not None else None
+    found = (_probe_numexpr(lib) or _probe_cupy(lib)) if lib is not None else None
     with _lock:
         _fusers[id(xp)] = (xp, found)
     return found

@@ -1,0 +1,145 @@
+"""The CUDA kernels of CuPy's fuser, compiled for the CPU: ``kernel_source`` writes C++ that
+uses only operators and ``<cmath>`` functions overloaded on float and double, as CUDA's are,
+so the same text built by the system's C++ compiler must compute what NumPy computes,
+special values included. (On a GPU, ``tests/gpu/run.sh`` runs the kernels themselves:
+the ``cupy`` tests of test_fusion.py and test_jit_fusion.py.)"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ember.backend._fusion import SIGNATURES, kernel_source
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _fusion_cases import SPECIAL, _arity, _ref  # noqa: E402
+
+CXX = shutil.which("g++") or shutil.which("c++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler to build the kernels' source for "
+                                "the CPU; tests/gpu/run.sh runs them on a GPU")
+
+_C = {"float64": "double", "float32": "float", "bool": "bool"}
+_CT = {"float64": ctypes.c_double, "float32": ctypes.c_float, "bool": ctypes.c_bool}
+
+
+def _build(kernels: dict, tmp_path) -> ctypes.CDLL:
+    """One shared library with a C function per ``{name: (program, input_dtypes)}``: each
+    runs the kernel's body over ``n`` elements of contiguous inputs."""
+    src = ["#include <cmath>", "using namespace std;"]
+    for fname, (program, dtypes) in kernels.items():
+        params, out, body, _ = kernel_source(program, dtypes)
+        args, loads = ["long n"], []
+        for k, (d, name) in enumerate(params):
+            if k < len(dtypes):
+                args.append(f"const {_C[d]}* p_{name}")
+                loads.append(f"const {_C[d]} {name} = p_{name}[i];")
+            else:
+                args.append(f"{_C[d]} {name}")
+        args.append(f"{_C[out]}* p_out0")
+        src.append(f'extern "C" void {fname}({", ".join(args)}) {{\n  for (long i = 0; i < n; ++i) {{\n'
+                   + "\n".join(loads) + f"\n{_C[out]} out0;\n{body}\np_out0[i] = out0;\n  }}\n}}")
+    cpp, lib = tmp_path / "kernels.cpp", tmp_path / "kernels.so"
+    cpp.write_text("\n".join(src))
+    subprocess.run([CXX, "-O1", "-shared", "-fPIC", "-o", str(lib), str(cpp)], check=True,
+                   capture_output=True, text=True)
+    return ctypes.CDLL(str(lib))
+
+
+def _run(lib, fname, program, dtypes, arrays):
+    params, out, _, consts = kernel_source(program, dtypes)
+    arrays = [np.ascontiguousarray(a, dtype=d) for a, d in zip(np.broadcast_arrays(*arrays), dtypes)]
+    result = np.empty(arrays[0].shape if arrays else (), dtype=out)
+    call = getattr(lib, fname)
+    call.restype = None
+    args = [ctypes.c_long(result.size)] + [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+    args += [_CT[d](v) for (d, _), v in zip(params[len(dtypes):], consts)]
+    args.append(result.ctypes.data_as(ctypes.c_void_p))
+    call(*args)
+    return result
+
+
+def _inputs(name, dtype):
+    kind, n = SIGNATURES[name], _arity(name)
+    a, b = np.meshgrid(np.array(SPECIAL, dtype), np.array(SPECIAL, dtype))
+    a, b = a.ravel(), b.ravel()
+    if kind == "logic":
+        return [a > 0, b > 0][:n], ["bool"] * n
+    if kind == "where":
+        return [a > b, a, b], ["bool", dtype, dtype]
+    return [a, b][:n], [dtype] * n
+
+
+_EXACT = {"add", "subtract", "multiply", "divide", "negative", "positive", "square", "abs", "floor", "ceil",
+          "trunc", "copysign", "maximum", "minimum", "sqrt"}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_each_function_equals_numpy_on_special_values(dtype, tmp_path):
+    kernels = {}
+    for name in sorted(SIGNATURES):
+        ins, dts = _inputs(name, dtype)
+        real = "bool" if SIGNATURES[name] == "logic" else dtype
+        kernels[f"k_{name}"] = ([(name, real, [("in", k) for k in range(len(dts))])], dts)
+    lib = _build(kernels, tmp_path)
+    for name in sorted(SIGNATURES):
+        ins, dts = _inputs(name, dtype)
+        got = _run(lib, f"k_{name}", *kernels[f"k_{name}"], ins)
+        with np.errstate(all="ignore"):
+            want = _ref(name)(*ins)
+        assert got.dtype == want.dtype, name
+        if SIGNATURES[name] == "float" and name not in _EXACT:  # (the C library's, not NumPy's)
+            np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == "float32" else 1e-14, atol=0,
+                                       equal_nan=True, err_msg=name)
+        else:  # (one IEEE operation: exact, signed zeros and NaN included)
+            np.testing.assert_array_equal(got, want, err_msg=name)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+
+
+def _random_program(rng, dtype):
+    """A straight-line program of shared values over three inputs, numbers among the operands,
+    and NumPy's value of each instruction."""
+    names = ["add", "subtract", "multiply", "divide", "sin", "tanh", "exp", "square", "negative", "maximum",
+             "minimum", "where", "greater", "positive", "pow", "hypot"]
+    ins = [rng.uniform(-2, 2, 6).astype(dtype) for _ in range(3)]
+    vals, floats, program = list(ins), [0, 1, 2], []
+    refs = [("in", k) for k in range(3)]
+    for _ in range(rng.integers(1, 25)):
+        name = names[rng.integers(len(names))]
+        pick = lambda: floats[rng.integers(len(floats))]  # noqa: E731
+        if name == "where":
+            conds = [i for i, v in enumerate(vals) if v.dtype == bool]
+            if not conds:
+                continue
+            idx = [conds[rng.integers(len(conds))], pick(), pick()]
+        else:
+            idx = [pick() for _ in range(_arity(name))]
+        args, ref = [refs[i] for i in idx], [vals[i] for i in idx]
+        if name in ("multiply", "add", "maximum") and rng.random() < 0.5:
+            c = float(rng.choice([0.5, -0.0, 3.0]))
+            args[1], ref[1] = ("const", c), np.asarray(c, dtype)
+        with np.errstate(all="ignore"):
+            vals.append(np.asarray(_ref(name)(*ref)))
+        program.append((name, dtype, args))
+        refs.append(("node", len(program) - 1))
+        if vals[-1].dtype != bool:
+            floats.append(len(vals) - 1)
+    return program, ins, vals[-1]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_random_programs_equal_numpy(dtype, tmp_path):
+    rng = np.random.default_rng(7)
+    cases = [_random_program(rng, dtype) for _ in range(60)]
+    cases = [c for c in cases if c[0]]
+    lib = _build({f"p{i}": (c[0], [dtype] * 3) for i, c in enumerate(cases)}, tmp_path)
+    for i, (program, ins, want) in enumerate(cases):
+        got = _run(lib, f"p{i}", program, [dtype] * 3, ins)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-6,
+                                   equal_nan=True, err_msg=str(program))
