@@ -203,7 +203,8 @@ class _Dispatcher:
         # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
         # test for a rare case (ties in maximum) instead of always computing its correction
         mod._cheap_any = self.raw_ns._cheap_any = caps.cheap_checks
-        self._unseen = 0  # the unseen_values blocks open now
+        self._unseen = 0  # the unseen_values blocks open now, and the flags before the first
+        self._seen = (caps.cheap_checks, caps.cheap_checks)
         # the same, fixed: jit and vmap turn ``_cheap_any`` off while they trace, but a choice
         # that depends only on the backend (a stacked product as one GEMM) stays
         mod._eager_host = self.raw_ns._eager_host = caps.cheap_checks
@@ -452,10 +453,13 @@ class _Dispatcher:
         """Turn ``_cheap_any`` off (the module's, and with ``raw`` the backend namespace's)
         while the values seen are not the ones ops will run on: jit staging, vmap batching.
 
-        Counted, not saved and restored: blocks that overlap (traces in two threads, a vmap
-        inside a jit trace) leave the flag as the backend's abilities say once the last ends.
+        Counted: the first block to begin saves the flags and the last to end restores
+        them, so blocks that overlap in any order (traces in two threads, a vmap inside a
+        jit trace) never leave them off.
         """
         with _UNSEEN_LOCK:
+            if not self._unseen:
+                self._seen = (self.module._cheap_any, self.raw_ns._cheap_any)
             self._unseen += 1
             self.module._cheap_any = False
             if raw:
@@ -466,7 +470,7 @@ class _Dispatcher:
             with _UNSEEN_LOCK:
                 self._unseen -= 1
                 if not self._unseen:
-                    self.module._cheap_any = self.raw_ns._cheap_any = self.caps.cheap_checks
+                    self.module._cheap_any, self.raw_ns._cheap_any = self._seen
 
     def is_differentiable(self, t) -> bool:
         """Whether a result of this dtype can carry a gradient (floating or complex)."""
