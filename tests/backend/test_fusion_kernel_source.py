@@ -143,3 +143,78 @@ def test_random_programs_equal_numpy(dtype, tmp_path):
         assert got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-6,
                                    equal_nan=True, err_msg=str(program))
+
+
+class _CpuElementwiseKernel:
+    """CuPy's ``ElementwiseKernel(in_params, out_params, operation, name)`` on the CPU: the
+    parameter strings parsed as CuPy parses them, the operation compiled by the system's C++
+    compiler, called with the inputs (arrays broadcast, numbers as scalars) and optionally
+    the output array, positionally, as CuPy's kernels are."""
+
+    def __init__(self, in_params, out_params, operation, name, tmp_path):
+        self.ins = [p.split() for p in in_params.split(",")]
+        (self.out_dtype, self.out_name), = [p.split() for p in out_params.split(",")]
+        self.operation, self.name, self.tmp_path = operation, name, tmp_path
+
+    def __call__(self, *args):
+        ins, out = args[:len(self.ins)], args[len(self.ins):]
+        arrays = [k for k, a in enumerate(ins) if isinstance(a, np.ndarray)]
+        sig, loads = ["long n"], []
+        for k, (d, name) in enumerate(self.ins):
+            if k in arrays:
+                sig.append(f"const {_C[d]}* p_{name}")
+                loads.append(f"const {_C[d]} {name} = p_{name}[i];")
+            else:
+                sig.append(f"{_C[d]} {name}")
+        sig.append(f"{_C[self.out_dtype]}* p_out")
+        src = ("#include <cmath>\nusing namespace std;\n"
+               f'extern "C" void {self.name}({", ".join(sig)}) {{\n for (long i = 0; i < n; ++i) {{\n'
+               + "\n".join(loads) + f"\n{_C[self.out_dtype]} {self.out_name};\n{self.operation}\n"
+               f"p_out[i] = {self.out_name};\n }}\n}}\n")
+        cpp, lib = self.tmp_path / f"{self.name}.cpp", self.tmp_path / f"{self.name}.so"
+        cpp.write_text(src)
+        subprocess.run([CXX, "-O1", "-shared", "-fPIC", "-o", str(lib), str(cpp)], check=True,
+                       capture_output=True, text=True)
+        shape = np.broadcast_shapes(*[ins[k].shape for k in arrays], *[o.shape for o in out])
+        result = np.empty(shape, self.out_dtype)
+        call_args = [ctypes.c_long(result.size)]
+        for k, (d, _) in enumerate(self.ins):
+            if k in arrays:
+                a = np.ascontiguousarray(np.broadcast_to(ins[k], shape), dtype=d)
+                call_args.append(a.ctypes.data_as(ctypes.c_void_p))
+                ins = ins[:k] + (a,) + ins[k + 1:]  # (kept alive until the call)
+            else:
+                call_args.append(_CT[d](ins[k]))
+        call_args.append(result.ctypes.data_as(ctypes.c_void_p))
+        getattr(ctypes.CDLL(str(lib)), self.name)(*call_args)
+        if out:
+            out[0][...] = result
+            return out[0]
+        return result
+
+
+def test_the_cupy_fuser_hands_cupy_its_kernel_as_cupy_calls_them(tmp_path):
+    # the wiring around kernel_source: the parameter strings, numbers after the inputs, the
+    # output array last (how jit's buffer planning writes into a donated input)
+    from ember.backend._fusion import _cupy_fuser
+
+    class CpuCupy:
+        @staticmethod
+        def ElementwiseKernel(in_params, out_params, operation, name):  # noqa: N802 (CuPy's name)
+            return _CpuElementwiseKernel(in_params, out_params, operation, name, tmp_path)
+
+    f = _cupy_fuser(CpuCupy)
+    program = [("sin", "float32", [("in", 0)]), ("multiply", "float32", [("node", 0), ("const", 0.5)]),
+               ("add", "float32", [("node", 1), ("in", 1)]), ("maximum", "float32", [("node", 2), ("const", 0.0)]),
+               ("where", "float32", [("in", 2), ("node", 3), ("const", -0.5)])]
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    y = np.linspace(-1, 1, 4, dtype=np.float32)
+    c = x > 0
+    want = np.where(c, np.maximum(np.sin(x) * np.float32(0.5) + y, np.float32(0.0)), np.float32(-0.5))
+    fn = f.compile(program, ["float32", "float32", "bool"])
+    got = fn(x, y, c)
+    assert got.dtype == np.float32 and got.shape == (3, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert fn(x, y, c, out=x) is x  # (into an input's buffer)
+    np.testing.assert_allclose(x, want, rtol=1e-6)
+    assert f.name == "cupy" and f.out_params == {} and set(f.dtypes) == {"float32", "float64"}
