@@ -176,8 +176,9 @@ class Node:
     i is a constant for this trace. ``g`` accumulates the cotangent of ``ans``
     during the backward pass. Leaves (the inputs of a transform) have
     ``rule is None``; output i of a multi-output op is a select node (rule
-    ``SELECT``, the op's node as its one parent, ``params == i``). Eight slots: a node is 96 bytes (a ninth would make it
-    112, and a 1,000,000-op tape is a million of them).
+    ``SELECT``, the op's node as its one parent, ``params == i``). Eight
+    slots: a node is 96 bytes (a ninth would make it 112, and a
+    1,000,000-op tape is a million of them).
     """
 
     __slots__ = ("rule", "args", "params", "parents", "ans", "g", "trace", "ns")
