@@ -55,7 +55,7 @@ class Fuser:
     """A backend's elementwise compiler.
 
     Attributes:
-        name: the library that compiles (``"numexpr"``).
+        name: the library that compiles (``"numexpr"``, ``"cupy"``).
         signatures: array-API function name -> its signature class (``"float"``,
             ``"compare"``, ``"logic"``, ``"where"``) for the functions it compiles.
         dtypes: the real floating dtypes (names) it computes in; bools are always allowed.
@@ -341,9 +341,9 @@ _fusers: dict[int, tuple[Any, Fuser | None]] = {}
 def fuser(xp: Any) -> Fuser | None:
     """The elementwise compiler of namespace ``xp``, or None (probed once per namespace).
 
-    Why: ``ember.jit`` compiles chains of small elementwise calls into one call
-    where the backend has one (NumPy with numexpr installed: ``pip install
-    ember[fuse]``).
+    Why: ``ember.jit`` compiles graphs of elementwise calls into one call where the
+    backend has one (NumPy with numexpr installed: ``pip install ember[fuse]``; CuPy
+    where a kernel it writes runs on the device).
 
     >>> import ember.backend as eb
     >>> f = eb.fuser(eb.get("numpy"))

@@ -88,10 +88,10 @@ def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     ``ember.persist``), so a jitted training step builds one graph per call and
     the parameters' graphs never grow from step to step; ``False`` keeps them lazy.
     ``fuse``: where the backend has an elementwise compiler (``ember.backend.fuser``:
-    NumPy with numexpr, the ``fuse`` extra), trees of small elementwise ops run as one
-    call each; their results may then differ from eager ones in the last bits (other
-    kernels compute ``sin``, ``exp``, ...); ``False`` replays NumPy's own calls, bitwise
-    equal to eager.
+    NumPy with numexpr, the ``fuse`` extra; CuPy on a GPU), graphs of elementwise ops
+    run as one call each; their results may then differ from eager ones in the last bits
+    (other kernels compute ``sin``, ``exp``, ...); ``False`` replays the backend's own
+    calls, bitwise equal to eager.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> f = ember.jit(lambda x: xp.sum(xp.sin(x) ** 2))
