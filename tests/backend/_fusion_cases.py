@@ -1,5 +1,5 @@
-"""What the fuser tests share: the special values, each function's arity and NumPy's
-function of each array-API name (the reference)."""
+"""What the fuser tests share: the special values, each function's arity, NumPy's function
+of each array-API name (the reference) and a random program's generator."""
 
 from __future__ import annotations
 
@@ -25,3 +25,38 @@ def _arity(name):
     return 1 if name in ("negative", "positive", "square", "logical_not", "bitwise_invert") or (
         kind == "float" and name not in ("add", "subtract", "multiply", "divide", "pow", "atan2", "hypot",
                                          "copysign", "maximum", "minimum")) else 2
+
+
+def random_program(pick, length, inputs, dtype, names, number_names, numbers):
+    """A random straight-line program of shared values over ``inputs`` (each instruction may
+    read any earlier value; the functions in ``number_names`` sometimes read one of
+    ``numbers`` as their second operand), and NumPy's value of its last instruction.
+
+    ``pick(options, label)`` chooses one of ``options`` (a Hypothesis draw, or a seeded
+    generator's choice where many programs must be compiled at once).
+    """
+    vals = [np.asarray(v) for v in inputs]
+    refs = [("in", k) for k in range(len(inputs))]
+    floats = list(range(len(inputs)))
+    program = []
+    for _ in range(length):
+        name = pick(names, "name")
+        if name == "where":
+            conds = [i for i, v in enumerate(vals) if v.dtype == bool]
+            if not conds:
+                continue
+            idx = [pick(conds, "condition"), pick(floats, "operand"), pick(floats, "operand")]
+        else:
+            idx = [pick(floats, "operand") for _ in range(_arity(name))]
+        args, ref = [refs[i] for i in idx], [vals[i] for i in idx]
+        if name in number_names and pick([False, True], "number"):
+            c = pick(numbers, "value")
+            args[1], ref[1] = ("const", c), np.asarray(c, dtype)
+        with np.errstate(all="ignore"):
+            vals.append(np.asarray(_ref(name)(*ref)))
+        program.append((name, dtype, args))
+        refs.append(("node", len(program) - 1))
+        if vals[-1].dtype != bool:
+            floats.append(len(vals) - 1)
+    return program, vals[-1]
+

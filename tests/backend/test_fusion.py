@@ -16,7 +16,7 @@ import ember.backend as eb
 from ember.backend._fusion import SIGNATURES
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _fusion_cases import SPECIAL, _arity, _ref  # noqa: E402
+from _fusion_cases import SPECIAL, _arity, _ref, random_program  # noqa: E402
 
 FUSER = eb.fuser(eb.get("numpy"))
 pytestmark = pytest.mark.skipif(FUSER is None, reason="numexpr is not installed (pip install ember[fuse])")
@@ -60,35 +60,14 @@ def test_random_programs_equal_numpy(data, dtype):
            for s in (shape, shape[1:] or shape, shape)]
     names = ["add", "subtract", "multiply", "divide", "sin", "tanh", "exp", "square", "negative", "maximum",
              "where", "greater", "positive"]
-    values = [("in", k) for k in range(3)]
-    program, np_vals, floats = [], [np.asarray(v) for v in ins], list(range(3))
-    for _ in range(data.draw(st.integers(1, 25), label="length")):
-        name = data.draw(st.sampled_from(names), label="name")
-        pick = lambda: data.draw(st.sampled_from(floats), label="operand")  # noqa: E731
-        if name == "where":
-            conds = [i for i, v in enumerate(np_vals) if v.dtype == bool]
-            if not conds:
-                continue
-            idx = [data.draw(st.sampled_from(conds)), pick(), pick()]
-        elif name in ("sin", "tanh", "exp", "square", "negative", "positive"):
-            idx = [pick()]
-        else:
-            idx = [pick(), pick()]
-        args = [values[i] for i in idx]
-        ref = [np_vals[i] for i in idx]
-        if name in ("multiply", "add") and data.draw(st.booleans(), label="number"):
-            args[1], ref[1] = ("const", 0.5), np.asarray(0.5, dtype)
-        with np.errstate(all="ignore"):
-            np_vals.append(np.asarray(_ref(name)(*ref)))
-        program.append((name, dtype, args))
-        values.append(("node", len(program) - 1))
-        if np_vals[-1].dtype != bool:
-            floats.append(len(np_vals) - 1)
+    program, last = random_program(lambda options, label: data.draw(st.sampled_from(options), label=label),
+                                   data.draw(st.integers(1, 25), label="length"), ins, dtype, names,
+                                   ("multiply", "add"), [0.5])
     if not program or program[-1][0] == "greater":
         return
     with np.errstate(all="ignore"):
         got = FUSER.compile(program, [dtype] * 3)(*ins)
-    want = np.broadcast_to(np_vals[-1], got.shape)
+    want = np.broadcast_to(last, got.shape)
     assert got.dtype == np.dtype(dtype)
     np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-6, equal_nan=True)
 

@@ -18,7 +18,7 @@ import pytest
 from ember.backend._fusion import SIGNATURES, kernel_source
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _fusion_cases import SPECIAL, _arity, _ref  # noqa: E402
+from _fusion_cases import SPECIAL, _arity, _ref, random_program  # noqa: E402
 
 CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler to build the kernels' source for "
@@ -102,34 +102,15 @@ def test_each_function_equals_numpy_on_special_values(dtype, tmp_path):
 
 
 def _random_program(rng, dtype):
-    """A straight-line program of shared values over three inputs, numbers among the operands,
-    and NumPy's value of each instruction."""
+    """A random program of shared values over three inputs (``random_program``), its inputs
+    and NumPy's value of its last instruction."""
     names = ["add", "subtract", "multiply", "divide", "sin", "tanh", "exp", "square", "negative", "maximum",
              "minimum", "where", "greater", "positive", "pow", "hypot"]
     ins = [rng.uniform(-2, 2, 6).astype(dtype) for _ in range(3)]
-    vals, floats, program = list(ins), [0, 1, 2], []
-    refs = [("in", k) for k in range(3)]
-    for _ in range(rng.integers(1, 25)):
-        name = names[rng.integers(len(names))]
-        pick = lambda: floats[rng.integers(len(floats))]  # noqa: E731
-        if name == "where":
-            conds = [i for i, v in enumerate(vals) if v.dtype == bool]
-            if not conds:
-                continue
-            idx = [conds[rng.integers(len(conds))], pick(), pick()]
-        else:
-            idx = [pick() for _ in range(_arity(name))]
-        args, ref = [refs[i] for i in idx], [vals[i] for i in idx]
-        if name in ("multiply", "add", "maximum") and rng.random() < 0.5:
-            c = float(rng.choice([0.5, -0.0, 3.0]))
-            args[1], ref[1] = ("const", c), np.asarray(c, dtype)
-        with np.errstate(all="ignore"):
-            vals.append(np.asarray(_ref(name)(*ref)))
-        program.append((name, dtype, args))
-        refs.append(("node", len(program) - 1))
-        if vals[-1].dtype != bool:
-            floats.append(len(vals) - 1)
-    return program, ins, vals[-1]
+    program, last = random_program(lambda options, label: options[rng.integers(len(options))],
+                                   rng.integers(1, 25), ins, dtype, names, ("multiply", "add", "maximum"),
+                                   [0.5, -0.0, 3.0])
+    return program, ins, last
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
