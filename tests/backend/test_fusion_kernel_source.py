@@ -28,27 +28,38 @@ _C = {"float64": "double", "float32": "float", "bool": "bool"}
 _CT = {"float64": ctypes.c_double, "float32": ctypes.c_float, "bool": ctypes.c_bool}
 
 
-def _build(kernels: dict, tmp_path) -> ctypes.CDLL:
-    """One shared library with a C function per ``{name: (program, input_dtypes)}``: each
-    runs the kernel's body over ``n`` elements of contiguous inputs."""
-    src = ["#include <cmath>", "using namespace std;"]
-    for fname, (program, dtypes) in kernels.items():
-        params, out, body, _ = kernel_source(program, dtypes)
-        args, loads = ["long n"], []
-        for k, (d, name) in enumerate(params):
-            if k < len(dtypes):
-                args.append(f"const {_C[d]}* p_{name}")
-                loads.append(f"const {_C[d]} {name} = p_{name}[i];")
-            else:
-                args.append(f"{_C[d]} {name}")
-        args.append(f"{_C[out]}* p_out0")
-        src.append(f'extern "C" void {fname}({", ".join(args)}) {{\n  for (long i = 0; i < n; ++i) {{\n'
-                   + "\n".join(loads) + f"\n{_C[out]} out0;\n{body}\np_out0[i] = out0;\n  }}\n}}")
-    cpp, lib = tmp_path / "kernels.cpp", tmp_path / "kernels.so"
-    cpp.write_text("\n".join(src))
+def _loop(fname, params, arrays, out_dtype, out_name, body) -> str:
+    """A C function running a kernel's ``body`` over ``n`` elements: the parameters at the
+    indices ``arrays`` are contiguous arrays read element by element, the others scalars."""
+    args, loads = ["long n"], []
+    for k, (d, name) in enumerate(params):
+        if k in arrays:
+            args.append(f"const {_C[d]}* p_{name}")
+            loads.append(f"const {_C[d]} {name} = p_{name}[i];")
+        else:
+            args.append(f"{_C[d]} {name}")
+    args.append(f"{_C[out_dtype]}* p_out")
+    return (f'extern "C" void {fname}({", ".join(args)}) {{\n  for (long i = 0; i < n; ++i) {{\n'
+            + "\n".join(loads) + f"\n{_C[out_dtype]} {out_name};\n{body}\np_out[i] = {out_name};\n  }}\n}}")
+
+
+def _compile(functions: list, stem: str, tmp_path) -> ctypes.CDLL:
+    """A shared library of ``functions`` (C sources), built by the system's C++ compiler."""
+    cpp, lib = tmp_path / f"{stem}.cpp", tmp_path / f"{stem}.so"
+    cpp.write_text("\n".join(["#include <cmath>", "using namespace std;", *functions]))
     subprocess.run([CXX, "-O1", "-shared", "-fPIC", "-o", str(lib), str(cpp)], check=True,
                    capture_output=True, text=True)
     return ctypes.CDLL(str(lib))
+
+
+def _build(kernels: dict, tmp_path) -> ctypes.CDLL:
+    """One shared library with a C function per ``{name: (program, input_dtypes)}``: each
+    runs the kernel's body over ``n`` elements of contiguous inputs."""
+    functions = []
+    for fname, (program, dtypes) in kernels.items():
+        params, out, body, _ = kernel_source(program, dtypes)
+        functions.append(_loop(fname, params, range(len(dtypes)), out, "out0", body))
+    return _compile(functions, "kernels", tmp_path)
 
 
 def _run(lib, fname, program, dtypes, arrays):
@@ -140,22 +151,8 @@ class _CpuElementwiseKernel:
     def __call__(self, *args):
         ins, out = args[:len(self.ins)], args[len(self.ins):]
         arrays = [k for k, a in enumerate(ins) if isinstance(a, np.ndarray)]
-        sig, loads = ["long n"], []
-        for k, (d, name) in enumerate(self.ins):
-            if k in arrays:
-                sig.append(f"const {_C[d]}* p_{name}")
-                loads.append(f"const {_C[d]} {name} = p_{name}[i];")
-            else:
-                sig.append(f"{_C[d]} {name}")
-        sig.append(f"{_C[self.out_dtype]}* p_out")
-        src = ("#include <cmath>\nusing namespace std;\n"
-               f'extern "C" void {self.name}({", ".join(sig)}) {{\n for (long i = 0; i < n; ++i) {{\n'
-               + "\n".join(loads) + f"\n{_C[self.out_dtype]} {self.out_name};\n{self.operation}\n"
-               f"p_out[i] = {self.out_name};\n }}\n}}\n")
-        cpp, lib = self.tmp_path / f"{self.name}.cpp", self.tmp_path / f"{self.name}.so"
-        cpp.write_text(src)
-        subprocess.run([CXX, "-O1", "-shared", "-fPIC", "-o", str(lib), str(cpp)], check=True,
-                       capture_output=True, text=True)
+        lib = _compile([_loop(self.name, self.ins, arrays, self.out_dtype, self.out_name, self.operation)],
+                       self.name, self.tmp_path)
         shape = np.broadcast_shapes(*[ins[k].shape for k in arrays], *[o.shape for o in out])
         result = np.empty(shape, self.out_dtype)
         call_args = [ctypes.c_long(result.size)]
@@ -167,7 +164,7 @@ class _CpuElementwiseKernel:
             else:
                 call_args.append(_CT[d](ins[k]))
         call_args.append(result.ctypes.data_as(ctypes.c_void_p))
-        getattr(ctypes.CDLL(str(lib)), self.name)(*call_args)
+        getattr(lib, self.name)(*call_args)
         if out:
             out[0][...] = result
             return out[0]
