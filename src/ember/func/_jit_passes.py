@@ -253,10 +253,11 @@ def plan_buffers(g: Graph, donated: set) -> None:
     for s in g.inputs:
         roots[s] = (s,)
     made_by: list = [None] * n
+    made_at = [-1] * n  # the op that made each slot (-1: an input)
     for i, op in enumerate(g.ops):
         for s in op.outs:
             if s is not None:
-                made_by[s] = op.name
+                made_by[s], made_at[s] = op.name, i
         d = g.disp[op.outs[0]] if op.outs and op.outs[0] is not None else None
         u = _ufunc_of(op, d) if d is not None and _writes_out(d) else None
         if u is None and op.name == FUSED:  # (it writes into a donated input only, see below)
@@ -294,49 +295,81 @@ def plan_buffers(g: Graph, donated: set) -> None:
         for b in roots[r] or ():
             last[b] = INF
     taken = set()
+    writes: dict = {}  # op index -> its writable (slot, buffer) pairs, the first one chosen
     for i, op in enumerate(g.ops):
         u = ufuncs[i]
         if u is None:
             continue
-        o = op.outs[0]
-        ov = g.values[o]
-        args = op.args
         fused = op.name == FUSED
-        if not fused and len(args) != getattr(u, "nin", -1):
+        if not fused and len(op.args) != getattr(u, "nin", -1):
             continue
-        for a in args:
-            if a.__class__ is not Ref:
+        cands = list(_writable(g, op, i, roots, fresh, last, taken, donated, made_by))
+        if not cands:
+            continue
+        s, b = cands[0]
+        if fused:
+            op.params = dict(u.out_params)
+        elif op.fn is not u:  # a fix for some dtypes around the ufunc: not this one's
+            if g.values[op.outs[0]].dtype in getattr(op.fn, "dtypes", ()):
                 continue
-            s = a.slot
-            rs = roots[s]
-            if s in taken or rs is None:
-                continue
-            if len(rs) == 1:
-                b = rs[0]  # the buffer written: s's own, or the one s is a view of (a transpose)
-            elif s in rs:  # one of a fresh primitive's results: its own, once all of them died
-                b = s
-            else:
-                continue
-            if not fresh[b] or last[b] != i or b in taken or (fused and b not in donated):
-                continue  # (a fused call's keywords cost more than a small new buffer)
-            if (b != s or fused) and ((b != s and made_by[s] not in _WRITABLE_VIEWS) or any(
-                    o is not a and o.__class__ is Ref and b in (roots[o.slot] or ()) for o in args)):
-                continue  # (not a whole-buffer view, or the op reads that buffer through another:
-                # NumPy's ufuncs buffer such an overlap, a fused call is not relied on to)
-            v = g.values[s]
-            if v.shape != ov.shape or v.dtype != ov.dtype or len(v.shape) == 0:
-                continue
-            if fused:
-                op.params = dict(u.out_params)
-            elif op.fn is not u:  # a fix for some dtypes around the ufunc: not this one's
-                if ov.dtype in getattr(op.fn, "dtypes", ()):
-                    break
-                op.fn = u
-            op.out_into = s  # (o owns that buffer from here; its own liveness decides its reuse)
-            taken.update((s, b))
-            if b in donated:
-                g.written.add(b)
-            break
+            op.fn = u
+        op.out_into = s  # (o owns that buffer from here; its own liveness decides its reuse)
+        taken.update((s, b))
+        writes[i] = cands
+    if writes:
+        _prefer_recent(g, writes, made_at)
+    g.written = {b for i, cands in writes.items() for s, b in cands
+                 if s == g.ops[i].out_into and b in donated}
+
+
+def _prefer_recent(g: Graph, writes: dict, made_at: list) -> None:
+    """In the graph's tail, where no op allocates an array any more, an op that may write
+    into several dying buffers writes into the one made last.
+
+    That one is still in cache and already dirty there; an older one (a donated weight, read
+    in the forward pass) would be read back and written out again. Outside the tail the
+    first choice stands: a donated buffer left unwritten stays alive to the call's end (its
+    Tensor's handle keeps it), and a later allocation would then raise the peak.
+    ``writes``: op index -> its writable ``(slot, buffer)`` pairs.
+    """
+    for i in range(len(g.ops) - 1, -1, -1):
+        op = g.ops[i]
+        if op.out_into is None and op.name not in _WRITABLE_VIEWS and any(
+                s is not None and math.prod(g.values[s].shape) > 1 for s in op.outs):
+            return  # (a 0-d result, the loss, is too small to matter)
+        cands = writes.get(i)
+        if cands is not None and len(cands) > 1:
+            op.out_into = max(cands, key=lambda sb: made_at[sb[0]])[0]
+
+
+def _writable(g: Graph, op: Op, i: int, roots: list, fresh: list, last: list, taken: set,
+              donated: set, made_by: list):
+    """The ``(slot, buffer)`` pairs of ``op``'s arguments whose buffer its result may go into."""
+    ov = g.values[op.outs[0]]
+    fused = op.name == FUSED
+    for a in op.args:
+        if a.__class__ is not Ref:
+            continue
+        s = a.slot
+        rs = roots[s]
+        if s in taken or rs is None:
+            continue
+        if len(rs) == 1:
+            b = rs[0]  # the buffer written: s's own, or the one s is a view of (a transpose)
+        elif s in rs:  # one of a fresh primitive's results: its own, once all of them died
+            b = s
+        else:
+            continue
+        if not fresh[b] or last[b] != i or b in taken or (fused and b not in donated):
+            continue  # (a fused call's keywords cost more than a small new buffer)
+        if (b != s or fused) and ((b != s and made_by[s] not in _WRITABLE_VIEWS) or any(
+                o is not a and o.__class__ is Ref and b in (roots[o.slot] or ()) for o in op.args)):
+            continue  # (not a whole-buffer view, or the op reads that buffer through another:
+            # NumPy's ufuncs buffer such an overlap, a fused call is not relied on to)
+        v = g.values[s]
+        if v.shape != ov.shape or v.dtype != ov.dtype or len(v.shape) == 0:
+            continue
+        yield s, b
 
 
 def run_passes(g: Graph, donated: set, fuse: bool = True) -> None:
