@@ -678,7 +678,9 @@ def test_jitted_maximum_gradient_decides_ties_and_infs_on_each_calls_values():
     g = ember.jit(ember.grad(f, argnums=(0, 1)))
     for x, y, w in [([1.0, -2.0, 3.0], [0.5, -1.0, 4.0], [1.0, 2.0, 3.0]),   # no tie
                     ([1.0, -2.0, 0.0], [1.0, -1.0, 4.0], [1.0, -2.0, 3.0]),  # a tie, a zero
-                    ([1.0, -2.0, 3.0], [0.5, -1.0, 4.0], [np.inf, 2.0, -np.inf])]:
+                    ([1.0, -2.0, 3.0], [0.5, -1.0, 4.0], [np.inf, 2.0, -np.inf]),
+                    ([1.0, -2.0, 3.0], [0.5, -1.0, 4.0], [np.inf, 2.0, 1.0]),  # inf where x wins
+                    ([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [1e308, 1e308, -1.0])]:  # a sum overflows
         args = [xp.asarray(a) for a in (x, y, w)]
         for got, want in zip(g(*args), ember.grad(f, argnums=(0, 1))(*args)):
             np.testing.assert_array_equal(raw(got), raw(want))

@@ -20,7 +20,7 @@ all, any            ``logical_and/or.reduce`` to ``bool``
 matmul              ``numpy.matmul``
 matrix_transpose    ``x.mT`` (NumPy >= 2)
 permute_dims        ``numpy.transpose``
-broadcast_to        a zero-stride view for 0-d input
+broadcast_to        a zero-stride view of a contiguous array
 astype              the ``ndarray.astype`` method
 ``_mask_product``   ``numpy.multiply`` of a cotangent by a bool mask
 ``_linear``         ``matmul`` (over all rows at once), then bias and ReLU in place
@@ -94,21 +94,33 @@ def _mean(lib):
 
 
 def _broadcast_to(lib):
-    """A 0-d array (a full reduction's cotangent) as a read-only view with zero strides."""
+    """A read-only view with zero strides along the broadcast axes, made directly where
+    ``x`` is contiguous (a reduction's cotangent, 0-d or with kept axes); anything else, and
+    every error, is ``numpy.broadcast_to``'s."""
     general, ndarray, generic, asarray = lib.broadcast_to, lib.ndarray, lib.generic, lib.asarray
 
     def broadcast_to(x, /, shape):
         c = x.__class__
-        if (c is ndarray and x.ndim == 0) or isinstance(x, generic):  # 0-d, or a NumPy scalar
-            if c is not ndarray:
-                x = asarray(x)
-            shape = tuple(shape)
-            if shape and min(shape) < 0:
+        if c is not ndarray:
+            if not isinstance(x, generic):  # (a NumPy scalar is taken as 0-d)
+                return general(x, shape)
+            x = asarray(x)
+        shape = tuple(shape)
+        xs = x.shape
+        k = len(shape) - len(xs)
+        if k < 0 or (shape and min(shape) < 0) or not (x.flags.c_contiguous or x.flags.f_contiguous):
+            return general(x, shape)  # (its result, or its error)
+        strides = [0] * k
+        for n, m, st in zip(shape[k:], xs, x.strides):
+            if m == n:
+                strides.append(st)
+            elif m == 1:
+                strides.append(0)
+            else:
                 return general(x, shape)  # its error
-            r = ndarray(shape, x.dtype, x, 0, (0,) * len(shape))
-            r.flags.writeable = False  # as numpy.broadcast_to's views
-            return r
-        return general(x, shape)
+        r = ndarray(shape, x.dtype, x, 0, tuple(strides))
+        r.flags.writeable = False  # as numpy.broadcast_to's views
+        return r
 
     return broadcast_to
 
