@@ -15,7 +15,7 @@ from typing import Any
 
 from ..kernels import check_linear, erf_series, gelu_tanh_t, in_place, layer_norm as _layer_norm
 from ..kernels import max_pool_tiles as _max_pool_tiles
-from ..kernels import max_last, relu as _relu, sum_last, xent_by_columns, xent_columns_pay
+from ..kernels import max_last, relu as _relu, sum_last
 from ._primitive import Primitive
 from ._rules import elementwise as _ew
 from ._rules.linear import linear_jvp, linear_vjp
@@ -135,11 +135,7 @@ def _ce_forward(xp, z, t, axis, reduction="none"):
 def _ce_forward_and_dz(xp, z, t, axis, reduction="none"):
     """The loss, and its gradient for a unit cotangent as the VJP's residual: of each row's
     loss (reduction "none", or where the rows are not counted yet: ``dz``), else of the sum
-    or mean itself (``dz_unit``, the mean's division done here). Short rows are reduced as
-    the columns of transposed copies (``kernels.xent_by_columns``)."""
-    if xent_columns_pay(xp, z, t, axis):
-        loss, dz = xent_by_columns(xp, z, t, reduction)
-        return loss, {"dz" if reduction == "none" else "dz_unit": dz}
+    or mean itself (``dz_unit``, the mean's division done here)."""
     s, e, total = _ew.shifted_exp(xp, z, axis)
     dz = _ew.ce_dz(xp, t, e, total, axis)
     n = _mean_rows(z.shape, axis) if reduction == "mean" else None

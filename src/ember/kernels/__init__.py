@@ -9,7 +9,6 @@ it is differentiated) and the rules' backward passes.
 from .activations import GELU_C, GELU_K, gelu_tanh_t, gelu_tanh_u, in_place, relu
 from .erf import erf_series
 from .linear import LINEAR_RELU_COMPLEX, LINEAR_SHAPES, check_linear
-from .losses import xent_by_columns, xent_columns_pay
 from .normalization import layer_norm
 from .pooling import max_pool_tiles, tile_views
 from .reductions import max_last, mean_last, sum_last
@@ -17,5 +16,4 @@ from .shapes import meshgrid, shapes_fit
 
 __all__ = ["GELU_C", "GELU_K", "LINEAR_RELU_COMPLEX", "LINEAR_SHAPES", "check_linear",
            "erf_series", "gelu_tanh_t", "gelu_tanh_u", "in_place", "layer_norm",
-           "max_last", "max_pool_tiles", "mean_last", "meshgrid", "relu", "shapes_fit", "sum_last", "tile_views",
-           "xent_by_columns", "xent_columns_pay"]
+           "max_last", "max_pool_tiles", "mean_last", "meshgrid", "relu", "shapes_fit", "sum_last", "tile_views"]

@@ -22,7 +22,7 @@ import functools
 
 from array_api_compat import device as _device
 
-__all__ = ["MIN_ROWS", "SHORT", "COLUMN_ROWS", "as_columns", "sum_last", "mean_last", "max_last"]
+__all__ = ["MIN_ROWS", "SHORT", "COLUMN_ROWS", "sum_last", "mean_last", "max_last"]
 
 MIN_ROWS = 512
 """Fewer rows than this take the namespace's reduction: the product's fixed cost (a call
@@ -63,7 +63,7 @@ def _row_length(ns, x, axis) -> int:
     return n
 
 
-def as_columns(ns, x):
+def _columns(ns, x):
     """``x``'s rows (along its last axis, ``n`` elements) as the columns of a C-contiguous
     ``(n, rows)`` copy: a reshape of the transposed rows (the standard's reshape writes
     values in row-major order)."""
@@ -73,7 +73,7 @@ def as_columns(ns, x):
 
 
 def _rows_back(ns, r, x, keepdims: bool):
-    """A reduction over ``as_columns(x)`` in ``x``'s shape without its last axis (kept as 1)."""
+    """A reduction over ``_columns(x)`` in ``x``'s shape without its last axis (kept as 1)."""
     return ns.reshape(r, (*x.shape[:-1], 1) if keepdims else x.shape[:-1])
 
 
@@ -91,7 +91,7 @@ def sum_last(ns, x, axis, keepdims: bool = False):
         s = ns.matmul(x, _ones(ns, n, x.dtype, _device(x)))
         return s[..., None] if keepdims else s
     if n and n <= SHORT:
-        return _rows_back(ns, ns.sum(as_columns(ns, x), axis=0), x, keepdims)
+        return _rows_back(ns, ns.sum(_columns(ns, x), axis=0), x, keepdims)
     return ns.sum(x, axis=axis, keepdims=keepdims)
 
 
@@ -108,4 +108,4 @@ def max_last(ns, x, axis, keepdims: bool = False):
     n = _row_length(ns, x, axis)
     if not n or n > SHORT:
         return ns.max(x, axis=axis, keepdims=keepdims)
-    return _rows_back(ns, ns.max(as_columns(ns, x), axis=0), x, keepdims)
+    return _rows_back(ns, ns.max(_columns(ns, x), axis=0), x, keepdims)
