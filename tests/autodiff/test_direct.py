@@ -120,6 +120,15 @@ def test_broadcast_to_matches_compat(x, scalar, shape):
     assert not r.flags.writeable  # a view: writing would change every element
 
 
+@pytest.mark.parametrize("layout", ["F", "transposed", "reversed", "strided"])
+def test_broadcast_to_of_any_layout_matches_compat(layout):
+    # the direct view is made for contiguous input (C or Fortran order); the rest go to NumPy
+    a = np.arange(6.0).reshape(2, 3, 1)
+    x = {"F": np.asfortranarray(a), "transposed": a.T, "reversed": a[::-1], "strided": a[:, ::2]}[layout]
+    for shape in [(4,) + x.shape, x.shape[:-1] + (5,), (2,) + x.shape[:-1] + (3,)]:
+        _both(lambda: DIRECT["broadcast_to"](x, shape), lambda: cnp.broadcast_to(x, shape))
+
+
 @pytest.mark.parametrize("shape", [(-1,), (2, -3)])
 def test_broadcast_to_rejects_negative_sizes(shape):
     with pytest.raises(ValueError):
