@@ -106,19 +106,25 @@ def _broadcast_to(lib):
                 return general(x, shape)
             x = asarray(x)
         shape = tuple(shape)
+        if shape and min(shape) < 0:
+            return general(x, shape)  # its error
         xs = x.shape
-        k = len(shape) - len(xs)
-        if k < 0 or (shape and min(shape) < 0) or not (x.flags.c_contiguous or x.flags.f_contiguous):
-            return general(x, shape)  # (its result, or its error)
-        strides = [0] * k
-        for n, m, st in zip(shape[k:], xs, x.strides):
-            if m == n:
-                strides.append(st)
-            elif m == 1:
-                strides.append(0)
-            else:
-                return general(x, shape)  # its error
-        r = ndarray(shape, x.dtype, x, 0, tuple(strides))
+        if not xs:
+            strides = (0,) * len(shape)
+        else:
+            k = len(shape) - len(xs)
+            if k < 0 or not (x.flags.c_contiguous or x.flags.f_contiguous):
+                return general(x, shape)  # (its result, or its error)
+            strides = [0] * k
+            for n, m, st in zip(shape[k:], xs, x.strides):
+                if m == n:
+                    strides.append(st)
+                elif m == 1:
+                    strides.append(0)
+                else:
+                    return general(x, shape)  # its error
+            strides = tuple(strides)
+        r = ndarray(shape, x.dtype, x, 0, strides)
         r.flags.writeable = False  # as numpy.broadcast_to's views
         return r
 
