@@ -237,8 +237,9 @@ def plan_buffers(g: Graph, donated: set) -> None:
     one of those (a transposed gradient), no other live value may alias that
     buffer (views made from it are alive no longer than it), it is not an
     output, the op reads it through no other view, and the slot has the
-    result's shape and dtype. ``g.written``: the donated inputs whose buffers
-    receive results.
+    result's shape and dtype. Of several such arguments the first is written, except in
+    the graph's tail (:func:`_prefer_recent`). ``g.written``: the donated inputs whose
+    buffers receive results.
     """
     g.written = set()
     if not g.ops:
