@@ -249,6 +249,29 @@ def test_of_two_dying_buffers_a_tail_op_writes_the_one_made_last():
     assert "[in place of v0]" in update_line(g, xp.reshape(xp.linspace(0.0, 1.0, 9), (3, 3)), x)
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_jitted_sgd_step_keeps_the_weights_layout_in_the_gradients_buffer(order):
+    # the new weight goes into its gradient's buffer (the tail rule): that buffer has the
+    # weight's layout, as eagerly, so the layout holds from step to step, and values are eager's
+    xp = ns("numpy")
+    rng = np.random.default_rng(5)
+    w0 = np.asarray(rng.standard_normal((64, 32)), order=order)
+    x = xp.asarray(rng.standard_normal((8, 32)))
+    opt = ember.optim.SGD(0.01)
+    step = ember.training.train_step(lambda p: xp.sum(ember.nn.linear(x, p["w"]) ** 2), opt)
+    jstep = ember.jit(step, donate=(0, 1))
+    p, e = {"w": xp.asarray(w0, copy=True)}, {"w": xp.asarray(w0, copy=True)}
+    s, es = opt.init(p), opt.init(e)
+    for _ in range(3):
+        _, p, s = jstep(p, s)
+        _, e, es = step(e, es)
+        np.testing.assert_array_equal(raw(p["w"]), raw(e["w"]))
+        flags = raw(p["w"]).flags
+        assert flags.c_contiguous if order == "C" else flags.f_contiguous
+    update = [line for line in str(jstep.lower(p, s)).splitlines() if "subtract(v0," in line]
+    assert len(update) == 1 and "[in place of v0]" not in update[0]
+
+
 def test_a_primitive_not_declared_fresh_may_return_a_view_of_its_argument():
     # a primitive returning (a view of) its argument: jit must not write into that buffer
     # while the argument is alive, so its result counts as an alias unless declared fresh
