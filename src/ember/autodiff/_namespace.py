@@ -203,8 +203,8 @@ class _Dispatcher:
         # whether bool(any(mask)) is cheap (eager, host memory: no device sync), so a rule may
         # test for a rare case (ties in maximum) instead of always computing its correction
         mod._cheap_any = self.raw_ns._cheap_any = caps.cheap_checks
-        self._unseen = 0  # the unseen_values blocks open now, and the flags before the first
-        self._seen = (caps.cheap_checks, caps.cheap_checks)
+        self._unseen = 0  # the unseen_values blocks open now, and (set by the first) the flags
+        self._seen = None  # before it
         # the same, fixed: jit and vmap turn ``_cheap_any`` off while they trace, but a choice
         # that depends only on the backend (a stacked product as one GEMM) stays
         mod._eager_host = self.raw_ns._eager_host = caps.cheap_checks
