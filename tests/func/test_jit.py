@@ -186,6 +186,37 @@ def test_donate_consumes_the_input_and_reuses_its_buffer():
     np.testing.assert_array_equal(raw(y), np.ones(1000))
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_raw_array_in_a_donated_argument_is_never_written(fuse):
+    # donation consumes ember Tensors; a NumPy array is the caller's (the docs: raw backend
+    # arrays are never written), on the call that traces and on the ones that replay
+    f = ember.jit(lambda a: a * 2.0 + 1.0, donate=0, fuse=fuse)
+    g = ember.jit(lambda w, a: w - 0.5 * (a.T @ a), donate=0, fuse=fuse)
+    for _ in range(3):
+        a, w = np.linspace(0.0, 1.0, 6).reshape(3, 2), np.ones((2, 2))
+        out, w2 = f(a), g(w, a)
+        np.testing.assert_array_equal(a, np.linspace(0.0, 1.0, 6).reshape(3, 2))
+        np.testing.assert_array_equal(w, np.ones((2, 2)))
+        np.testing.assert_array_equal(raw(out), a * 2.0 + 1.0)
+        np.testing.assert_allclose(raw(w2), 1.0 - 0.5 * (a.T @ a), rtol=1e-15)
+    assert "in place of v0" not in str(f.lower(a)) + str(g.lower(w, a))
+
+
+def test_a_consumed_value_in_a_donated_argument_is_handed_over_without_reuse():
+    # ember.consume(x) passed where jit donates: x is dead, and a share of its buffer keeps
+    # its values (the graph does not write into a buffer someone else may hold)
+    xp = ns("numpy")
+    f = ember.jit(lambda a: a * 2.0 + 1.0, donate=0)
+    for _ in range(3):
+        a = xp.ones(4)
+        keep = a.share()
+        out = f(ember.consume(a))
+        np.testing.assert_array_equal(raw(keep), np.ones(4))
+        np.testing.assert_array_equal(raw(out), np.full(4, 3.0))
+        with pytest.raises(ember.ConsumedError):
+            a + 1.0
+
+
 def _address(t) -> int:
     return t.raw.__array_interface__["data"][0]
 

@@ -36,7 +36,7 @@ from ..autodiff._ownership import Dead, Owned, _where, as_operand, check_alive, 
 from ..autodiff._staging import Ref, StagingTrace
 from ..autodiff._trace import active_traces
 from ._jit_passes import run_passes
-from ._jit_replay import acceptor, compile_graph, describe, wrapper
+from ._jit_replay import compile_graph, describe, taker, wrapper
 
 __all__ = ["jit", "Jitted", "Lowered"]
 
@@ -145,7 +145,7 @@ class _Compiled:
     """One signature's graph and replay function, and how to rebuild the outputs."""
 
     __slots__ = ("graph", "fn", "src", "check", "in_idx", "num_idx", "out_def", "out_kinds", "out_disp",
-                 "donated", "written", "name", "persist", "wrap", "accept")
+                 "donated", "written", "name", "persist", "wrap", "take")
 
     def run(self, vals):
         outs = self.fn(*vals)
@@ -257,8 +257,10 @@ class Jitted:
         e = self._entry
         if e is not None:  # the last call's structure and graph, checked in generated code
             leaves = e[0].leaves_of((args, kwargs), _is_number)
-            if leaves is not None and e[1].accept(leaves):
-                return e[1].run(self._values(leaves, e[1]))
+            if leaves is not None:
+                vals = e[1].take(leaves)
+                if vals is not None:
+                    return e[1].run(vals)
         leaves, treedef, base, nums = self._signature(args, kwargs)
         c = self._fast.get((base, nums))
         if c is None:
@@ -266,9 +268,10 @@ class Jitted:
         self._entry = None
         last = self._last_def
         if last is not None and last[1] and last[0] is treedef and not self._static:
-            if c.accept is False:  # (a structure that repeats: worth generating the check)
-                c.accept = acceptor(leaves, c.num_idx, c.check)
-            if c.accept is not None:
+            if c.take is False:  # (a structure that repeats: worth generating the check)
+                c.take = taker(leaves, c.in_idx, c.num_idx, c.check, c.donated, c.written, donate, _where,
+                               functools.partial(_hand_over, c), f"jit({self._name})")
+            if c.take is not None:
                 self._entry = (treedef, c)
         return c.run(self._values(leaves, c))
 
@@ -340,7 +343,9 @@ class Jitted:
         return Lowered(self._lookup(args, kwargs, *self._signature(args, kwargs)))
 
     def _donated_leaves(self, args, leaves, treedef) -> set:
-        """Indices (in ``leaves``) of the array leaves of donated arguments."""
+        """Indices (in ``leaves``) of the Tensor leaves of donated arguments: a raw backend
+        array is the caller's and never written, a consumed value (``ember.consume(x)``) is
+        handed over without reuse (its buffer may be shared)."""
         if not self._donate:
             return set()
         n = len(args)
@@ -351,7 +356,7 @@ class Jitted:
         for i, a in enumerate(args):  # (the leaves of (args, kwargs) are each argument's, in order)
             m = 0 if i in static else len(_tree.flatten(a, is_leaf=_is_number)[0])
             if i in want:
-                out.update(j for j in range(k, k + m) if not _is_number(leaves[j]))
+                out.update(j for j in range(k, k + m) if _donatable(leaves[j]))
             k += m
         return out
 
@@ -386,18 +391,9 @@ class Jitted:
             else:
                 v = x
             vals.append(v)
-        ids = [id(v) for v in vals] if spent else None
-        for i, t in spent:  # (the donated inputs the graph writes into)
-            v = vals[i]
-            d = c.graph.disp[c.graph.inputs[i]]
-            # the buffer is written only if nothing else holds it (a share, x.raw, a view);
-            # the holders known here: vals[i], the consumed handle t, v and the `like` argument
-            why, _ = reuse_reason(d, v, v, 4)
-            if why is not None or ids.count(id(v)) > 1:  # (or given twice)
-                vals[i] = d.raw_ns.asarray(v, copy=True)
-            else:
-                t._value = None  # (the one handle on the buffer moves to the graph, as run_owned does)
-            v = None
+        v = t = None  # (the hand-over counts the references to each buffer)
+        if spent:
+            _hand_over(c, vals, spent)
         return vals
 
     # ------------------------------------------------------------ tracing
@@ -484,11 +480,33 @@ class Jitted:
         c.name = self._name
         c.persist = self._persist and any(d is not None and d.caps.lazy for d in disp)
         c.wrap = wrapper(kinds, disp, out_def)
-        c.accept = False  # (made when a call's structure repeats: see __call__)
+        c.take = False  # (made when a call's structure repeats: see __call__)
         # free the staging values no longer needed (the graph keeps shapes via `values`: keep
         # only small specs of the slots that are not constants)
         g.values = [_Spec(v) for v in g.values]
         return c
+
+
+def _hand_over(c: _Compiled, vals: list, spent: list) -> None:
+    """Give the graph the donated buffers it writes into (``spent``: graph input, consumed
+    handle): a buffer nothing else holds moves to the graph (its handle is emptied, as
+    ``run_owned`` does); one someone else holds (a share, ``x.raw``, a view) or given twice
+    is replaced by a copy in ``vals``."""
+    ids = [id(v) for v in vals]
+    for i, t in spent:
+        v = vals[i]
+        d = c.graph.disp[c.graph.inputs[i]]
+        # the holders known here: vals[i], the consumed handle t, v and the `like` argument
+        why, _ = reuse_reason(d, v, v, 4)
+        if why is not None or ids.count(id(v)) > 1:
+            vals[i] = d.raw_ns.asarray(v, copy=True)
+        else:
+            t._value = None
+        v = None
+
+
+def _donatable(x) -> bool:
+    return isinstance(x, Tensor) and x.__class__ is not Owned
 
 
 def _is_traced(x) -> bool:

@@ -17,7 +17,7 @@ from ..autodiff import Tensor
 from ..autodiff._ownership import Dead, Owned
 from ..autodiff._staging import Graph, Ref, _collect
 
-__all__ = ["compile_graph", "describe", "wrapper", "acceptor"]
+__all__ = ["compile_graph", "describe", "wrapper", "taker"]
 
 
 class _Names:
@@ -176,36 +176,54 @@ def wrapper(out_kinds: list, out_disp: list, out_def):
     return _exec("\n".join(lines) + "\n", env, "results")["_wrap"]
 
 
-def acceptor(leaves: list, traced: list, check):
-    """``_accept(leaves)``: whether a call's leaves have the classes, shapes and dtypes of
-    ``leaves`` (and their untraced Python numbers the same values), and the traced numbers
-    (at positions ``traced``, in order) meet the guards ``check``; None where a leaf is of a
-    kind only the general signature handles (a consumed or owned Tensor, a Tensor of Tensors)."""
-    env: dict = {"_check": check}
-    lines = ["def _accept(l):"]
+def taker(leaves: list, in_idx: list, traced: list, check, donated, written, donate, where, hand_over,
+          op: str):
+    """``_take(l)``: the graph's inputs for a call's leaves ``l`` (as ``Jitted._values`` gives
+    them, donated leaves consumed), or None, consuming nothing, where the leaves do not have
+    the classes, shapes and dtypes of ``leaves`` (untraced Python numbers: the same values) or
+    the traced numbers (positions ``traced``) fail the guards ``check``. Straight-line code:
+    the checks first, then the donations (``donate(x, op, where(2))`` per donated leaf), then
+    ``hand_over(vals, [(input, handle), ...])`` for the donated inputs the graph writes into.
+    None where a leaf is of a kind only the general path handles (a consumed or owned Tensor, a
+    Tensor of Tensors)."""
+    env: dict = {"_check": check, "_donate": donate, "_where": where, "_hand_over": hand_over, "OP": op}
+    lines = ["def _take(l):"]
     for j, x in enumerate(leaves):
         c = x.__class__
-        lines.append(f"    x = l[{j}]")
+        lines.append(f"    x{j} = l[{j}]")
         if c is int or c is float:
-            cond = f"x.__class__ is not {c.__name__}"
+            cond = f"x{j}.__class__ is not {c.__name__}"
             if j not in traced:
                 env[f"N{j}"] = x
-                cond += f" or x != N{j}"
-            lines.append(f"    if {cond}: return False")
+                cond += f" or x{j} != N{j}"
+            lines.append(f"    if {cond}: return None")
             continue
+        v = f"x{j}"
         if isinstance(x, Tensor):
             if c is Owned or c is Dead or isinstance(x._value, Tensor):
                 return None
             env[f"C{j}"] = c
-            lines += [f"    if x.__class__ is not C{j}: return False", "    x = x._value"]
-            x = x._value
+            # (a donated Tensor still on a finished transform's tape: the general path)
+            node = f" or x{j}._node is not None" if j in donated else ""
+            lines += [f"    if x{j}.__class__ is not C{j}{node}: return None", f"    v{j} = x{j}._value"]
+            x, v = x._value, f"v{j}"
         env[f"R{j}"], env[f"S{j}"], env[f"D{j}"] = x.__class__, tuple(x.shape), x.dtype
-        lines.append(f"    if x.__class__ is not R{j} or x.shape != S{j} or x.dtype != D{j}: return False")
+        lines.append(f"    if {v}.__class__ is not R{j} or {v}.shape != S{j} or {v}.dtype != D{j}: return None")
     if check is not None:
-        lines.append(f"    return _check({', '.join(f'l[{j}]' for j in traced)})")
-    else:
-        lines.append("    return True")
-    return _exec("\n".join(lines) + "\n", env, "arguments")["_accept"]
+        lines.append(f"    if not _check({', '.join(f'x{j}' for j in traced)}): return None")
+    pos = {j: i for i, j in enumerate(in_idx)}
+    if donated:
+        lines.append("    w = _where(2)")
+        lines += [f"    t{j} = _donate(x{j}, OP, w)" for j in sorted(donated)]
+    vals = [f"v{j}" if isinstance(leaves[j], Tensor) else f"x{j}" for j in in_idx]
+    lines.append(f"    vals = [{', '.join(vals)}]")
+    if written:
+        # (the hand-over counts the references to each buffer: drop this function's own)
+        lines.append("    del " + ", ".join(f"v{j}" for j in sorted(written)))
+        spent = ", ".join(f"({pos[j]}, t{j})" for j in sorted(written))
+        lines.append(f"    _hand_over(vals, [{spent}])")
+    lines.append("    return vals")
+    return _exec("\n".join(lines) + "\n", env, "arguments")["_take"]
 
 
 def _spec(v) -> str:
