@@ -21,16 +21,19 @@ from ember.backend._capabilities import (
     random_source,
 )
 from ember.backend._fusion import Fuser, fuser
+from ember.backend._gemm import Gemm, gemm
 from ember.backend._registry import KNOWN, available, get, name, raw
 
 __all__ = [
     "KNOWN",
     "Capabilities",
     "Fuser",
+    "Gemm",
     "RandomSource",
     "available",
     "capabilities",
     "fuser",
+    "gemm",
     "get",
     "may_share_memory",
     "name",

@@ -91,7 +91,10 @@ def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     NumPy with numexpr, the ``fuse`` extra; CuPy on a GPU), graphs of elementwise ops
     run as one call each; their results may then differ from eager ones in the last bits
     (other kernels compute ``sin``, ``exp``, ...); ``False`` replays the backend's own
-    calls, bitwise equal to eager.
+    calls, bitwise equal to eager. It also runs a matrix product that a dying array
+    accumulates (an SGD step's ``w - lr * (x.T @ g)``) as one BLAS ``gemm`` into that
+    array where the backend has one (``ember.backend.gemm``), rounding once where the
+    separate calls round twice.
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> f = ember.jit(lambda x: xp.sum(xp.sin(x) ** 2))

@@ -7,6 +7,9 @@
 - :func:`eliminate_common`: two calls of one function on the same inputs and
   parameters become one (backend functions are pure);
 - :func:`eliminate_dead`: ops no output depends on are dropped;
+- :func:`~ember.func._jit_gemm.fuse_matmul_updates` (``fuse=True``): a matrix
+  product that a dying array accumulates (``w - lr * (x.T @ g)``) becomes one
+  BLAS ``gemm`` writing into that array, where the backend has one;
 - :func:`~ember.func._jit_fusion.fuse_elementwise` (``fuse=True``): trees of
   small elementwise ops become one call of the backend's fuser;
 - :func:`plan_buffers`: an elementwise op whose input dies at that op writes
@@ -25,6 +28,7 @@ from ..autodiff._ownership import _ufunc
 from ..autodiff._primitive import FRESH as _FRESH_PRIMITIVES
 from ..autodiff._staging import Graph, Op, Ref, _collect
 from ._jit_fusion import FUSED, fuse_elementwise
+from ._jit_gemm import GEMM, fuse_matmul_updates
 
 __all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes"]
 
@@ -229,6 +233,79 @@ def _ufunc_of(op: Op, d):
     return None
 
 
+class _Buffers:
+    """Which buffer each slot of ``g`` may alias, and when each buffer is read last.
+
+    ``fresh[b]``: slot b is a buffer of its own that may be written (a fresh result: a
+    ufunc's, a matmul's or a reduction's, never a view; or a donated input); ``roots[s]``:
+    the fresh buffers slot s may alias (itself when fresh); ``last[b]``: the last op reading
+    any slot that may alias buffer b (past the end for an output's); ``made_by[s]`` and
+    ``made_at[s]``: the name and index of the op that made slot s (-1: an input);
+    ``ufuncs[i]``: the ufunc (or fuser) op i calls where it may write ``out=``, else None.
+    """
+
+    def __init__(self, g: Graph, donated: set):
+        n = len(g.values)
+        self.ufuncs = ufuncs = {}
+        self.fresh = fresh = [False] * n
+        for s in donated:
+            fresh[s] = True
+        self.roots = roots = [None] * n
+        for s in g.inputs:
+            roots[s] = (s,)
+        self.made_by = made_by = [None] * n
+        self.made_at = made_at = [-1] * n
+        for i, op in enumerate(g.ops):
+            for s in op.outs:
+                if s is not None:
+                    made_by[s], made_at[s] = op.name, i
+            d = g.disp[op.outs[0]] if op.outs and op.outs[0] is not None else None
+            u = _ufunc_of(op, d) if d is not None and _writes_out(d) else None
+            if u is None and op.name == FUSED:  # (it writes into a donated input only, see below)
+                u = _backend.fuser(d.xp)
+            elif u is None and op.name == GEMM:  # (it writes into its first argument only)
+                u = op.fn
+            ufuncs[i] = u
+            declared = op.name in _FRESH or op.name in _FRESH_PRIMITIVES
+            is_fresh = (u is not None or declared) and not op.multi
+            # a fresh primitive's several results (its residuals among them) are new buffers that
+            # may share one another (a layer norm without a scale: y is x_hat), never an argument
+            group = tuple(s for s in op.outs if s is not None) if declared and op.multi else None
+            for s in op.outs:
+                if s is None:
+                    continue
+                if is_fresh:
+                    fresh[s] = True
+                    roots[s] = (s,)
+                elif group is not None:
+                    fresh[s] = True
+                    roots[s] = group
+                else:
+                    rs = set()
+                    for r in op.refs():
+                        rs.update(roots[r] or ())
+                    roots[s] = tuple(rs)
+        self.last = last = [-1] * n
+        for i, op in enumerate(g.ops):
+            for r in op.refs():
+                for b in roots[r] or ():
+                    last[b] = i
+        outs: list = []
+        _collect(g.outputs, outs)
+        for r in outs:
+            for b in roots[r] or ():
+                last[b] = len(g.ops) + 1
+
+    def dies_at(self, s: int, i: int) -> bool:
+        """Whether slot ``s`` is a buffer of its own that may be written, which op ``i`` reads
+        last (no view of it, no output, nothing later reads it)."""
+        return self.fresh[s] and self.roots[s] == (s,) and self.last[s] == i
+
+    def aliases(self, s: int, b: int) -> bool:
+        """Whether slot ``s`` may alias buffer ``b``."""
+        return b in (self.roots[s] or ())
+
+
 def plan_buffers(g: Graph, donated: set) -> None:
     """Set ``op.out_into`` where an elementwise op may write into a dying input's buffer.
 
@@ -238,79 +315,31 @@ def plan_buffers(g: Graph, donated: set) -> None:
     buffer (views made from it are alive no longer than it), it is not an
     output, the op reads it through no other view, and the slot has the
     result's shape and dtype. Of several such arguments the first is written, except in
-    the graph's tail (:func:`_prefer_recent`). ``g.written``: the donated inputs whose
-    buffers receive results.
+    the graph's tail (:func:`_prefer_recent`). A matrix product accumulated into an array
+    (:func:`~ember.func._jit_gemm.fuse_matmul_updates`) writes into that array only.
+    ``g.written``: the donated inputs whose buffers receive results.
     """
     g.written = set()
     if not g.ops:
         return
-    n = len(g.values)
-    ufuncs = {}
-    fresh = [False] * n
-    for s in donated:
-        fresh[s] = True
-    # roots[s]: the fresh buffers slot s may alias (itself when fresh)
-    roots: list = [None] * n
-    for s in g.inputs:
-        roots[s] = (s,)
-    made_by: list = [None] * n
-    made_at = [-1] * n  # the op that made each slot (-1: an input)
-    for i, op in enumerate(g.ops):
-        for s in op.outs:
-            if s is not None:
-                made_by[s], made_at[s] = op.name, i
-        d = g.disp[op.outs[0]] if op.outs and op.outs[0] is not None else None
-        u = _ufunc_of(op, d) if d is not None and _writes_out(d) else None
-        if u is None and op.name == FUSED:  # (it writes into a donated input only, see below)
-            u = _backend.fuser(d.xp)
-        ufuncs[i] = u
-        declared = op.name in _FRESH or op.name in _FRESH_PRIMITIVES
-        is_fresh = (u is not None or declared) and not op.multi
-        # a fresh primitive's several results (its residuals among them) are new buffers that
-        # may share one another (a layer norm without a scale: y is x_hat), never an argument
-        group = tuple(s for s in op.outs if s is not None) if declared and op.multi else None
-        for s in op.outs:
-            if s is None:
-                continue
-            if is_fresh:
-                fresh[s] = True
-                roots[s] = (s,)
-            elif group is not None:
-                fresh[s] = True
-                roots[s] = group
-            else:
-                rs = set()
-                for r in op.refs():
-                    rs.update(roots[r] or ())
-                roots[s] = tuple(rs)
-    # last use of each buffer: the last op reading any slot that may alias it
-    INF = len(g.ops) + 1
-    last = [-1] * n
-    for i, op in enumerate(g.ops):
-        for r in op.refs():
-            for b in roots[r] or ():
-                last[b] = i
-    outs: list = []
-    _collect(g.outputs, outs)
-    for r in outs:
-        for b in roots[r] or ():
-            last[b] = INF
+    bufs = _Buffers(g, donated)
     taken = set()
     writes: dict = {}  # op index -> its writable (slot, buffer) pairs, the first one chosen
     for i, op in enumerate(g.ops):
-        u = ufuncs[i]
+        u = bufs.ufuncs[i]
         if u is None:
             continue
-        fused = op.name == FUSED
-        if not fused and len(op.args) != getattr(u, "nin", -1):
+        fused, gemm = op.name == FUSED, op.name == GEMM
+        if not (fused or gemm) and len(op.args) != getattr(u, "nin", -1):
             continue
-        cands = list(_writable(g, op, i, roots, fresh, last, taken, donated, made_by))
+        cands = [(s, b) for s, b in _writable(g, op, i, bufs, taken, donated)
+                 if not gemm or s == op.args[0].slot]
         if not cands:
             continue
         s, b = cands[0]
         if fused:
             op.params = dict(u.out_params)
-        elif op.fn is not u:  # a fix for some dtypes around the ufunc: not this one's
+        elif not gemm and op.fn is not u:  # a fix for some dtypes around the ufunc: not this one's
             if g.values[op.outs[0]].dtype in getattr(op.fn, "dtypes", ()):
                 continue
             op.fn = u
@@ -318,7 +347,7 @@ def plan_buffers(g: Graph, donated: set) -> None:
         taken.update((s, b))
         writes[i] = cands
     if writes:
-        _prefer_recent(g, writes, made_at)
+        _prefer_recent(g, writes, bufs.made_at)
     g.written = {b for i, cands in writes.items() for s, b in cands
                  if s == g.ops[i].out_into and b in donated}
 
@@ -343,9 +372,9 @@ def _prefer_recent(g: Graph, writes: dict, made_at: list) -> None:
             op.out_into = max(cands, key=lambda sb: made_at[sb[0]])[0]
 
 
-def _writable(g: Graph, op: Op, i: int, roots: list, fresh: list, last: list, taken: set,
-              donated: set, made_by: list):
+def _writable(g: Graph, op: Op, i: int, bufs: _Buffers, taken: set, donated: set):
     """The ``(slot, buffer)`` pairs of ``op``'s arguments whose buffer its result may go into."""
+    roots, fresh, last, made_by = bufs.roots, bufs.fresh, bufs.last, bufs.made_by
     ov = g.values[op.outs[0]]
     fused = op.name == FUSED
     for a in op.args:
@@ -363,10 +392,10 @@ def _writable(g: Graph, op: Op, i: int, roots: list, fresh: list, last: list, ta
             continue
         if not fresh[b] or last[b] != i or b in taken or (fused and b not in donated):
             continue  # (a fused call's keywords cost more than a small new buffer)
-        if (b != s or fused) and ((b != s and made_by[s] not in _WRITABLE_VIEWS) or any(
+        if (b != s or fused or op.name == GEMM) and ((b != s and made_by[s] not in _WRITABLE_VIEWS) or any(
                 o is not a and o.__class__ is Ref and b in (roots[o.slot] or ()) for o in op.args)):
             continue  # (not a whole-buffer view, or the op reads that buffer through another:
-            # NumPy's ufuncs buffer such an overlap, a fused call is not relied on to)
+            # NumPy's ufuncs buffer such an overlap, a fused call or BLAS is not relied on to)
         v = g.values[s]
         if v.shape != ov.shape or v.dtype != ov.dtype or len(v.shape) == 0:
             continue
@@ -380,5 +409,6 @@ def run_passes(g: Graph, donated: set, fuse: bool = True) -> None:
     eliminate_common(g)
     eliminate_dead(g)
     if fuse:
+        fuse_matmul_updates(g, lambda g: _Buffers(g, donated))
         fuse_elementwise(g)
     plan_buffers(g, donated)
