@@ -10,8 +10,10 @@ column-major weight made the MLP's input layer (784 -> 256, batch 128, no
 input gradient) 0.95x in float32 (its forward alone: 545 vs 652 us) but
 1.05x in float64 (its weight gradient ``(x.T @ g).T`` is the slow product
 there), and a hidden layer 1.01x / 0.99x (the forward's gain is the input
-gradient's loss). The update fused into the weight-gradient GEMM gave 0.99x
-(float32) and 0.96x (float64) of the GEMM plus ember's in-place SGD.
+gradient's loss). The update fused into the weight-gradient GEMM (``ember.backend.gemm``, NumPy's
+own OpenBLAS) gave 0.97x of the GEMM plus ember's in-place SGD (float32, 2026-12-04),
+and ``gemm_update`` crossed 1.0x between 16K and 32K elements in float32 (1.04x,
+0.99x; 0.95x at 64K) and at 16K in float64: ``Gemm.min_elements`` is 32768.
 The script exists so that a layout policy is decided on numbers from the
 machine at hand (issue 12), not on one run.
 
@@ -25,9 +27,13 @@ gradient: ``input-*``) and a hidden layer (256 -> 256, with it: ``hidden-*``):
 - ``input-C-sgd``    ``input-C`` plus the SGD update in the gradient's buffer
                      (``g *= -lr; g += w``, ember's in-place SGD)
 - ``input-C-fused``  ``input-C``'s forward, then the update as one GEMM into the
-                     weight (``w += -lr * g.T @ x``: BLAS ``beta=1``, SciPy's
-                     ``?gemm``), which needs the old weight's buffer: only for a
-                     consumed parameter, and not bit-identical to ``input-C-sgd``
+                     weight (``w += -lr * g.T @ x``: BLAS ``beta=1``,
+                     ``ember.backend.gemm``, which ``ember.jit`` uses for a donated
+                     weight), not bit-identical to ``input-C-sgd``
+
+``gemm_update_*``: ``separate-N`` / ``gemm-N``, the update of an N-element array as
+the product and two in-place passes or one gemm; where the ratio crosses 1 is
+``ember.backend.gemm(xp).min_elements``.
 
 Run: ``benchmarks/run gemm_layout [--quick]``. Not part of ``benchmarks/run all``
 (no acceptance criterion reads it).
@@ -47,6 +53,7 @@ BATCH = 128
 INPUT = (784, 256)  # (in, out) of the MLP's first layer
 HIDDEN = (256, 256)
 LR = 1e-6  # small: the fused form updates the weight in place on every call
+UPDATE_SIZES = (1 << 13, 1 << 14, 1 << 15, 1 << 16, 1 << 18)  # elements of the updated array
 
 
 def _problem(dtype: Any, shape: tuple[int, int], order: str) -> tuple[np.ndarray, ...]:
@@ -58,6 +65,35 @@ def _problem(dtype: Any, shape: tuple[int, int], order: str) -> tuple[np.ndarray
     return x, (np.asfortranarray(w) if order == "F" else w), g
 
 
+def _gemm() -> Any:
+    """``ember.backend.gemm`` of NumPy (NumPy's own OpenBLAS), or Skip."""
+    import ember.backend as eb
+
+    gemm = eb.gemm(eb.get("numpy"))
+    if gemm is None:
+        raise Skip("ember.backend.gemm: none for NumPy here (threadpoolctl missing, or another BLAS)")
+    return gemm
+
+
+def setup_update(dtype: Any, size: int, fused: bool) -> Callable[[], Any]:
+    """``w - lr * (a @ b)`` into ``w``'s buffer (``w`` 128 x ``size // 128``, ``k`` 128): the
+    product then two in-place passes, or one ``gemm`` (``ember.backend.gemm``)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((128, BATCH)).astype(dtype)
+    b = rng.standard_normal((BATCH, size // 128)).astype(dtype)
+    w = rng.standard_normal((128, size // 128)).astype(dtype)
+    if fused:
+        gemm = _gemm()
+        return lambda: gemm.accumulate(w, a, b, -LR)
+
+    def step() -> Any:
+        p = a @ b
+        np.multiply(p, LR, out=p)
+        return np.subtract(w, p, out=w)
+
+    return step
+
+
 def setup_layer(dtype: Any, shape: tuple[int, int], order: str, input_grad: bool,
                 update: str | None = None) -> Callable[[], Any]:
     """One layer's forward and backward GEMMs (and, with ``update``, its SGD step).
@@ -67,19 +103,11 @@ def setup_layer(dtype: Any, shape: tuple[int, int], order: str, input_grad: bool
     """
     x, w, g = _problem(dtype, shape, order)
     if update == "fused":
-        try:
-            from scipy.linalg import blas
-        except ImportError as e:  # pragma: no cover - SciPy comes with scikit-learn
-            raise Skip(f"scipy.linalg.blas: {e}") from e
-        gemm = blas.sgemm if w.dtype == np.float32 else blas.dgemm
-        # w.T is column-major (in, out): w.T += -lr * x.T @ g, all operands without a copy;
-        # probed with alpha 0, which leaves the weight as it is (0 * x.T @ g + 1 * w.T)
-        if gemm(0.0, x.T, g.T, 1.0, w.T, trans_b=1, overwrite_c=1).base is not w:
-            raise Skip("SciPy's gemm copied the weight: no in-place update on this build")
+        gemm = _gemm()
 
         def step() -> Any:
             y = x @ w.T
-            gemm(-LR, x.T, g.T, 1.0, w.T, trans_b=1, overwrite_c=1)
+            gemm.accumulate(w.T, x.T, g, -LR)  # (w.T: (in, out), x.T @ g its gradient)
             return y, w  # (as the sgd form: the output, then the new weight)
 
         return step
@@ -96,7 +124,7 @@ def setup_layer(dtype: Any, shape: tuple[int, int], order: str, input_grad: bool
 
 
 def workloads() -> list:
-    """``gemm_layout_float32`` and ``gemm_layout_float64``."""
+    """``gemm_layout_*`` and ``gemm_update_*``, float32 and float64."""
     def layer(shape: tuple[int, int], order: str, input_grad: bool, update: str | None = None):
         return lambda dtype: setup_layer(dtype, shape, order, input_grad, update)
 
@@ -115,6 +143,15 @@ def workloads() -> list:
         reference="input-C",
         ratios=[("input-F", "input-C"), ("hidden-F", "hidden-C"), ("input-C-fused", "input-C-sgd")],
         rounds=15,
+    ) + peers.dtype_workloads(
+        "gemm_update",
+        {f"{kind}-{n // 1024}k": (lambda n, fused: lambda dtype: setup_update(dtype, n, fused))(n, kind == "gemm")
+         for n in UPDATE_SIZES for kind in ("separate", "gemm")},
+        "w - lr * (a @ b) into w (128 rows, k 128) of 8K to 256K elements, {dtype}: the product and two "
+        "passes, or one gemm (where ember.backend.gemm's min_elements comes from)",
+        unit="us/call",
+        ratios=[(f"gemm-{n // 1024}k", f"separate-{n // 1024}k") for n in UPDATE_SIZES],
+        rounds=9,
     )
 
 
