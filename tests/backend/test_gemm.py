@@ -63,7 +63,8 @@ def test_what_it_does_not_take_leaves_c_as_it_was():
 
 def test_only_numpy_arrays_have_one():
     assert eb.gemm(eb.get("array_api_strict")) is None
-    assert GEMM.name == "openblas" and GEMM.dtypes == {"float32", "float64"} and GEMM.min_elements > 0
+    assert GEMM.name == "openblas" and GEMM.dtypes == {"float32", "float64"}
+    assert GEMM.min_elements > 0 and GEMM.max_inner > 0
     assert eb.gemm(eb.get("numpy")) is GEMM  # (probed once)
 
 

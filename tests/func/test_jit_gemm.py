@@ -132,6 +132,8 @@ def test_without_fuse_or_below_the_size_limit_the_ops_stay():
     assert "_gemm(" not in str(f.lower(_fresh(w0), a, g))
     small = ember.jit(lambda w, a, g: w - 0.5 * (g.T @ a), donate=0)
     assert "_gemm(" not in str(small.lower(_fresh(w0[:8, :8]), a[:, :8], g[:, :8]))
+    deep = GEMM.max_inner + 1 if GEMM is not None else 300  # (a long inner dimension)
+    assert "_gemm(" not in str(small.lower(_fresh(w0), xp.ones((deep, N)), xp.ones((deep, M))))
     raw = ember.jit(lambda w, a, g: w - 0.5 * (g.T @ a), donate=0)  # (raw arrays: never written)
     w = np.array(w0)
     np.testing.assert_allclose(raw(w, a.raw, g.raw), w0 - 0.5 * (g.raw.T @ a.raw), rtol=1e-12)

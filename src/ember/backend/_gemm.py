@@ -39,11 +39,16 @@ class Gemm:
         dtypes: the dtypes (names) it computes in.
         min_elements: the smallest result (elements) worth it: below it the call's fixed
             cost is more than the passes it saves (measured in ``benchmarks/gemm_layout.py``).
+        max_inner: the longest inner dimension (``a``'s columns) worth it: past it the two
+            passes saved are a small part of the product, and the product reading the
+            updated array from memory measured slower in a whole step (the transformer's
+            1024-long products, ``benchmarks/jit.py``).
     """
 
     name: str
     dtypes: frozenset
     min_elements: int
+    max_inner: int
     _accumulate: Callable = field(repr=False)
 
     def accumulate(self, c: Any, a: Any, b: Any, alpha: float) -> bool:
@@ -89,7 +94,7 @@ def _numpy_gemm(np: Any, fns: dict) -> Gemm:
           c.ctypes.data, max(1, n))
         return True
 
-    return Gemm("openblas", frozenset(str(d) for d in fns), 1 << 15, accumulate)
+    return Gemm("openblas", frozenset(str(d) for d in fns), 1 << 15, 256, accumulate)
 
 
 def _affixes(lib) -> tuple[str, str] | None:

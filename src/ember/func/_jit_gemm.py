@@ -9,7 +9,9 @@ Runs before elementwise fusion and buffer planning (``fuse=True``). A chain
 
 whose links each feed only the next one, where ``w`` is a buffer of its own
 that ``u`` reads last (a donated weight) and no operand of the product may
-alias, becomes one op ``_gemm(w, a, b, s)`` writing ``u`` into ``w``'s buffer:
+alias, becomes one op ``_gemm(w, a, b, s)`` writing ``u`` into ``w``'s buffer,
+where the product was when nothing reads ``w`` from there on (its operands die
+as early as before), else where the update was:
 the backend's ``gemm`` with ``beta = 1`` (``ember.backend.gemm``) where the
 arrays' layouts allow, else the same ufunc calls as before, into ``w``. That
 saves the two passes over the product (scale, update) that an SGD step pays
@@ -169,8 +171,10 @@ def fuse_matmul_updates(g: Graph, buffers) -> None:
             # (the backend is probed only for a chain found: importing and probing costs)
             if found is not None:
                 gm = _backend.gemm(g.disp[op.outs[0]].xp)
-                u = g.values[op.outs[0]]
-                if gm is not None and str(u.dtype) in gm.dtypes and math.prod(u.shape) >= gm.min_elements:
+                u, a = g.values[op.outs[0]], found[1]
+                inner = (g.values[a.slot] if a.__class__ is Ref else a).shape[1]
+                if (gm is not None and str(u.dtype) in gm.dtypes and math.prod(u.shape) >= gm.min_elements
+                        and inner <= gm.max_inner):
                     break
             found = None
         if found is None:
@@ -179,5 +183,11 @@ def fuse_matmul_updates(g: Graph, buffers) -> None:
         new = Op(GEMM, gemm_kernel(g.disp[op.outs[0]]), (w, a, b, scale), {"sign": sign, "transposed": transposed},
                  list(op.outs))
         new.note = _note(w, a, b, scale, sign, transposed)
-        gone = {id(x) for x in dropped}
-        g.ops = [new if x is op else x for x in g.ops if id(x) not in gone]
+        # where the product was, if nothing reads w from there to the update: its operands
+        # then die as early as before (kept to the update, large activations would pile up)
+        at, upto = made[dropped[-1].outs[0]][1], made[op.outs[0]][1]
+        gone = {id(x) for x in dropped} | {id(op)}
+        early = (scale.__class__ is not Ref or made.get(scale.slot, (None, -1))[1] < at) and not any(
+            bufs[0].aliases(r, w.slot) for x in g.ops[at + 1:upto] if id(x) not in gone for r in x.refs())
+        place = dropped[-1] if early else op
+        g.ops = [new if x is place else x for x in g.ops if x is place or id(x) not in gone]
