@@ -21,11 +21,10 @@ instruction's result is the call's result.
 from __future__ import annotations
 
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ember.backend._registry import raw
+from ember.backend._registry import _probe_once
 
 __all__ = ["Fuser", "fuser"]
 
@@ -334,7 +333,6 @@ def _probe_cupy(lib: Any) -> Fuser | None:
         return None
 
 
-_lock = threading.Lock()
 _fusers: dict[int, tuple[Any, Fuser | None]] = {}
 
 
@@ -350,14 +348,4 @@ def fuser(xp: Any) -> Fuser | None:
     >>> f is None or f.name == "numexpr"
     True
     """
-    hit = _fusers.get(id(xp))
-    if hit is not None and hit[0] is xp:
-        return hit[1]
-    try:
-        lib = raw(xp)
-    except Exception:
-        lib = None
-    found = (_probe_numexpr(lib) or _probe_cupy(lib)) if lib is not None else None
-    with _lock:
-        _fusers[id(xp)] = (xp, found)
-    return found
+    return _probe_once(_fusers, xp, lambda lib: _probe_numexpr(lib) or _probe_cupy(lib))

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ember.backend._registry import raw
+from ember.backend._registry import _probe_once
 
 __all__ = ["Gemm", "gemm"]
 
@@ -161,7 +160,6 @@ def _probe_numpy(lib: Any) -> Gemm | None:
         return None
 
 
-_lock = threading.Lock()
 _found: dict[int, tuple[Any, Gemm | None]] = {}
 
 
@@ -177,14 +175,4 @@ def gemm(xp: Any) -> Gemm | None:
     >>> g is None or g.name == "openblas"
     True
     """
-    hit = _found.get(id(xp))
-    if hit is not None and hit[0] is xp:
-        return hit[1]
-    try:
-        lib = raw(xp)
-    except Exception:
-        lib = None
-    found = _probe_numpy(lib) if lib is not None else None
-    with _lock:
-        _found[id(xp)] = (xp, found)
-    return found
+    return _probe_once(_found, xp, _probe_numpy)

@@ -269,3 +269,22 @@ def available() -> dict[str, str | None]:
     for backend_name in KNOWN:
         out[backend_name] = (_version(backend_name) or "unknown") if _usable(backend_name) else None
     return out
+
+
+_probe_lock = threading.Lock()
+
+
+def _probe_once(cache: dict, xp: Any, probe: Any) -> Any:
+    """``probe(lib)`` for the library of namespace ``xp`` (None where it has none), computed
+    once per namespace: ``cache`` maps ``id(xp)`` to ``(xp, result)``."""
+    hit = cache.get(id(xp))
+    if hit is not None and hit[0] is xp:
+        return hit[1]
+    try:
+        lib = raw(xp)
+    except Exception:
+        lib = None
+    found = probe(lib) if lib is not None else None
+    with _probe_lock:
+        cache[id(xp)] = (xp, found)
+    return found
