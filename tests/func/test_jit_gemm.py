@@ -167,3 +167,32 @@ def test_the_kernel_equals_eager_and_its_fallback_is_eager_bit_for_bit(m, n, k, 
         np.testing.assert_allclose(out, want, rtol=1e-13, atol=1e-13 * (1 + k))
     else:  # (the ufuncs eager calls, in eager's order)
         np.testing.assert_array_equal(out, want)
+
+
+@needs_gemm
+def test_the_gemm_runs_where_the_product_was_unless_the_weight_is_read_in_between():
+    w0, a, g = _problem("float64")
+    h = xp.ones(3)
+
+    def listed(fn):
+        lines = str(ember.jit(fn, donate=0).lower(_fresh(w0), a, g, h)).splitlines()
+        return [next(i for i, line in enumerate(lines) if name in line) for name in ("_gemm(", "exp(", "sum(")
+                if any(name in line for line in lines)]
+
+    def early(w, a, g, h):  # (the product's operands then die where they did)
+        p = g.T @ a
+        return w - 0.5 * p, xp.exp(h)
+
+    def late(w, a, g, h):  # (w read after the product: the gemm waits for that read)
+        p = g.T @ a
+        s = xp.sum(w)
+        return w - 0.5 * p, s * xp.exp(h)
+
+    gemm_at, exp_at = listed(early)
+    assert gemm_at < exp_at
+    gemm_at, exp_at, sum_at = listed(late)
+    assert gemm_at > sum_at
+    for fn in (early, late):
+        got, want = ember.jit(fn, donate=0)(_fresh(w0), a, g, h), fn(xp.asarray(w0), a, g, h)
+        for x, y in zip(got, want):
+            np.testing.assert_allclose(x.raw, y.raw, rtol=1e-12, atol=1e-12)
