@@ -805,3 +805,27 @@ def test_traces_in_several_threads_leave_value_checks_on():
         sys.setswitchinterval(interval)
     assert not errors
     assert xp._cheap_any and xp._dispatch.raw_ns._cheap_any
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_tensor_given_twice_in_donated_arguments_is_donated_once(fuse):
+    # tied weights: one Tensor at two leaves is consumed once, both read its values, and a
+    # graph writing into one of them gets a copy (the other still reads the original)
+    xp = ns("numpy")
+    f = ember.jit(lambda p: {k: v * 2.0 for k, v in p.items()}, donate=0, fuse=fuse)
+    g = ember.jit(lambda p, q: (p["a"] * 2.0, p["b"] + q), donate=0, fuse=fuse)
+    for i in range(4):  # (the trace, then the generated path; distinct Tensors in between)
+        a, b = xp.linspace(0.0, 1.0, 5), xp.linspace(1.0, 2.0, 5)
+        tied = {"a": a, "b": a if i != 2 else b}
+        out = f(tied)
+        np.testing.assert_array_equal(raw(out["a"]), np.linspace(0.0, 1.0, 5) * 2.0)
+        with pytest.raises(ember.ConsumedError):
+            a + 1.0
+        a = xp.linspace(0.0, 1.0, 5)
+        x2, y2 = g({"a": a, "b": a}, xp.ones(5))
+        np.testing.assert_array_equal(raw(x2), np.linspace(0.0, 1.0, 5) * 2.0)
+        np.testing.assert_array_equal(raw(y2), np.linspace(0.0, 1.0, 5) + 1.0)
+        a = xp.linspace(0.0, 1.0, 5)  # (also read by an argument not donated)
+        x3, y3 = g({"a": a, "b": xp.zeros(5)}, a)
+        np.testing.assert_array_equal(raw(x3), np.linspace(0.0, 1.0, 5) * 2.0)
+        np.testing.assert_array_equal(raw(y3), np.linspace(0.0, 1.0, 5))

@@ -369,6 +369,7 @@ class Jitted:
         vals = []
         spent = []  # graph inputs of the donated leaves
         where = None
+        given: dict = {}  # id of a donated Tensor -> its handle (one given twice is donated once)
         op = f"jit({self._name})"
         for j in c.in_idx:
             x = leaves[j]
@@ -376,6 +377,10 @@ class Jitted:
             if cl is Owned:
                 t = as_operand(x, op)
                 v = t._value
+            elif cl is Dead and id(x) in given:  # (donated at an earlier leaf of this call)
+                v = given[id(x)]._value
+                if j in c.written:  # (the hand-over copies a buffer given twice)
+                    spent.append((len(vals), None))
             elif isinstance(x, Tensor):
                 if cl is Dead:
                     check_alive(x, op)
@@ -383,6 +388,7 @@ class Jitted:
                     if where is None:  # (the caller's line, once per call)
                         where = _where(2)
                     t = donate(x, op, where)
+                    given[id(x)] = t
                     v = t._value
                     if j in c.written:
                         spent.append((len(vals), t))
@@ -394,7 +400,7 @@ class Jitted:
             else:
                 v = x
             vals.append(v)
-        v = t = None  # (the hand-over counts the references to each buffer)
+        v = t = given = None  # (the hand-over counts the references to each buffer)
         if spent:
             _hand_over(c, vals, spent)
         return vals
@@ -492,9 +498,9 @@ class Jitted:
 
 def _hand_over(c: _Compiled, vals: list, spent: list) -> None:
     """Give the graph the donated buffers it writes into (``spent``: graph input, consumed
-    handle): a buffer nothing else holds moves to the graph (its handle is emptied, as
-    ``run_owned`` does); one someone else holds (a share, ``x.raw``, a view) or given twice
-    is replaced by a copy in ``vals``."""
+    handle, None for a Tensor given again): a buffer nothing else holds moves to the graph
+    (its handle is emptied, as ``run_owned`` does); one someone else holds (a share,
+    ``x.raw``, a view) or given twice is replaced by a copy in ``vals``."""
     ids = [id(v) for v in vals]
     for i, t in spent:
         v = vals[i]

@@ -182,7 +182,8 @@ def taker(leaves: list, in_idx: list, traced: list, check, donated, written, don
     them, donated leaves consumed), or None, consuming nothing, where the leaves do not have
     the classes, shapes and dtypes of ``leaves`` (untraced Python numbers: the same values) or
     the traced numbers (positions ``traced``) fail the guards ``check``. Straight-line code:
-    the checks first, then the donations (``donate(x, op, where(2))`` per donated leaf), then
+    the checks first, then the donations (``donate(x, op, where(2))`` per donated Tensor, once
+    for one given twice), then
     ``hand_over(vals, [(input, handle), ...])`` for the donated inputs the graph writes into.
     None where a leaf is of a kind only the general path handles (a consumed or owned Tensor, a
     Tensor of Tensors)."""
@@ -214,7 +215,8 @@ def taker(leaves: list, in_idx: list, traced: list, check, donated, written, don
     pos = {j: i for i, j in enumerate(in_idx)}
     if donated:
         lines.append("    w = _where(2)")
-        lines += [f"    t{j} = _donate(x{j}, OP, w)" for j in sorted(donated)]
+        # (a Tensor given twice is donated once: its later leaves are already dead here)
+        lines += [f"    t{j} = _donate(x{j}, OP, w) if x{j}.__class__ is C{j} else None" for j in sorted(donated)]
     vals = [f"v{j}" if isinstance(leaves[j], Tensor) else f"x{j}" for j in in_idx]
     lines.append(f"    vals = [{', '.join(vals)}]")
     if written:
