@@ -125,7 +125,8 @@ def _match(g: Graph, op: Op, made: dict, readers: dict, buffers):
                 dropped.append(link)
                 s = q.slot
             elif kind == "transpose" and (link.name in _TRANSPOSE and len(link.args) == 1 or (
-                    link.name == "permute_dims" and len(link.args) == 2 and link.args[1] in ((1, 0), [1, 0]))):
+                    link.name == "permute_dims" and len(link.args) == 2 and link.args[1].__class__ in (tuple, list)
+                    and tuple(link.args[1]) == (1, 0))):
                 transposed = True
                 dropped.append(link)
                 s = link.args[0].slot if link.args[0].__class__ is Ref else None
