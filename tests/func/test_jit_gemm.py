@@ -196,3 +196,49 @@ def test_the_gemm_runs_where_the_product_was_unless_the_weight_is_read_in_betwee
         got, want = ember.jit(fn, donate=0)(_fresh(w0), a, g, h), fn(xp.asarray(w0), a, g, h)
         for x, y in zip(got, want):
             np.testing.assert_allclose(x.raw, y.raw, rtol=1e-12, atol=1e-12)
+
+
+def test_an_update_of_an_array_made_after_the_product_waits_for_it():
+    # w made after the product (a momentum buffer, a decayed weight): the gemm cannot run
+    # where the product was
+    w0, a, g = _problem("float64")
+
+    def f(w, a, g):
+        p = g.T @ a
+        v = w * 0.9
+        return v - 0.1 * p
+
+    want = f(xp.asarray(w0), a, g)
+    for _ in range(3):
+        np.testing.assert_allclose(ember.jit(f)(xp.asarray(w0), a, g).raw, want.raw, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("opt", ["momentum", "nesterov-decay"])
+def test_jitted_sgd_with_momentum_or_weight_decay_equals_eager(opt):
+    kw = {"momentum": 0.9} if opt == "momentum" else {"momentum": 0.9, "nesterov": True, "weight_decay": 1e-2}
+    sgd = ember.optim.SGD(0.05, **kw)
+    step = ember.training.train_step(lambda p, x: xp.sum((x @ p["w"]) ** 2), sgd)
+    jstep = ember.jit(step)
+    x = xp.asarray(np.linspace(-0.01, 0.01, 64 * 256).reshape(64, 256))
+    p = q = {"w": xp.asarray(np.linspace(-1.0, 1.0, M * N).reshape(M, N))}
+    s = t = sgd.init(p)
+    for _ in range(4):  # (the step counter is traced from the second call on)
+        lp, p, s = step(p, s, x)
+        lq, q, t = jstep(q, t, x)
+        np.testing.assert_allclose(q["w"].raw, p["w"].raw, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(float(lq), float(lp), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_zero_scale_keeps_the_nan_of_zero_times_a_non_finite_product(bad, dtype):
+    # BLAS skips the product when alpha is 0; eager's 0 * inf and 0 * nan are NaN
+    w0 = _problem(dtype)[0]
+    a = xp.ones((64, N), dtype=getattr(xp, dtype))  # (64 deep: OpenBLAS's small-matrix path multiplies)
+    g = xp.asarray(np.full((M, 64), bad, dtype=dtype))
+    f = ember.jit(lambda w, a, g, lr: w - lr * (g @ a), donate=0)
+    for lr in (0.1, 0.2, 0.0, 0.0):
+        got = f(_fresh(w0), a, g, lr).raw
+        want = w0 - np.asarray(lr, dtype) * (g.raw @ a.raw)
+        assert np.isnan(want).all() or lr != 0.0  # (what the case is about)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))

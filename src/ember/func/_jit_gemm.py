@@ -54,8 +54,10 @@ def gemm_kernel(d):
     def _gemm(c, a, b, scale, sign, transposed, out=None):
         if out is None:  # (c is not this op's to write)
             c = copy(c, copy=True)
-        t = c.T if transposed else c
-        if accumulate is not None and accumulate(t, a, b, sign if scale is None else sign * float(scale)):
+        alpha = sign if scale is None else sign * float(scale)
+        # (BLAS skips the product for a zero alpha: 0 * inf and 0 * nan would not be NaN)
+        if accumulate is not None and alpha != 0 and math.isfinite(alpha) and accumulate(
+                c.T if transposed else c, a, b, alpha):
             return c
         p = matmul(a, b)
         if transposed:
@@ -184,11 +186,13 @@ def fuse_matmul_updates(g: Graph, buffers) -> None:
         new = Op(GEMM, gemm_kernel(g.disp[op.outs[0]]), (w, a, b, scale), {"sign": sign, "transposed": transposed},
                  list(op.outs))
         new.note = _note(w, a, b, scale, sign, transposed)
-        # where the product was, if nothing reads w from there to the update: its operands
-        # then die as early as before (kept to the update, large activations would pile up)
+        # where the product was, if w and the scale exist by then and nothing reads w from there
+        # to the update: its operands then die as early as before (kept to the update, large
+        # activations would pile up)
         at, upto = made[dropped[-1].outs[0]][1], made[op.outs[0]][1]
         gone = {id(x) for x in dropped} | {id(op)}
-        early = (scale.__class__ is not Ref or made.get(scale.slot, (None, -1))[1] < at) and not any(
+        early = made.get(w.slot, (None, -1))[1] < at and (
+            scale.__class__ is not Ref or made.get(scale.slot, (None, -1))[1] < at) and not any(
             bufs[0].aliases(r, w.slot) for x in g.ops[at + 1:upto] if id(x) not in gone for r in x.refs())
         place = dropped[-1] if early else op
         g.ops = [new if x is place else x for x in g.ops if x is place or id(x) not in gone]
