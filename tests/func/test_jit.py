@@ -829,3 +829,35 @@ def test_a_tensor_given_twice_in_donated_arguments_is_donated_once(fuse):
         x3, y3 = g({"a": a, "b": xp.zeros(5)}, a)
         np.testing.assert_array_equal(raw(x3), np.linspace(0.0, 1.0, 5) * 2.0)
         np.testing.assert_array_equal(raw(y3), np.linspace(0.0, 1.0, 5))
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_outputs_share_memory_only_where_eager_ones_do(fuse):
+    # results are the caller's to write into: a folded constant is a new array each call,
+    # results merged as common subexpressions are two arrays, and dropping x * 1 does not
+    # make a result the input or its view; where eager results alias (x, x.T) they still do
+    xp = ns("numpy")
+
+    def loss(p, x):
+        return xp.sum(x @ p["w"] + p["b"])
+
+    g = ember.jit(ember.grad(loss), fuse=fuse)
+    p, x = {"w": xp.ones((3, 2)), "b": xp.zeros(2)}, xp.ones((4, 3))
+    twice = ember.jit(lambda x: (x + 1.0, x + 1.0), fuse=fuse)
+    unit = ember.jit(lambda x: xp.reshape(x * 1, (6,)), fuse=fuse)
+    views = ember.jit(lambda x: (x, x.T, x + 0.0), fuse=fuse)
+    for _ in range(3):
+        gb = g(p, x)["b"]
+        np.testing.assert_array_equal(raw(gb), [4.0, 4.0])
+        gb *= 0.5
+        a, b = twice(xp.zeros(3))
+        a += 100.0
+        np.testing.assert_array_equal(raw(b), np.ones(3))
+        x6 = xp.asarray(np.arange(6.0).reshape(2, 3), copy=True)
+        y = unit(x6)
+        y += 100.0
+        np.testing.assert_array_equal(raw(x6), np.arange(6.0).reshape(2, 3))
+        v = xp.ones((2, 2))
+        same, t, fresh = views(v)
+        assert np.shares_memory(raw(same), raw(v)) and np.shares_memory(raw(t), raw(v))
+        assert not np.shares_memory(raw(fresh), raw(v))

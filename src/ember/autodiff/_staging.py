@@ -105,6 +105,7 @@ class Graph:
         self.host: list[Op] = []  # operations on traced Python numbers (their slots' disp: None)
         self.guards: list = []  # (slot, truth): what a replay needs bool(slot's value) to be
         self.written: set = set()  # (jit's buffer planning) donated inputs that receive results
+        self.copies: dict = {}  # (jit) output position -> the copy the replay returns instead
 
     def new_slot(self, v, d) -> int:
         self.values.append(v)

@@ -35,7 +35,7 @@ from ..autodiff import Tensor, TracedNumber, namespace
 from ..autodiff._ownership import Dead, Owned, _where, as_operand, check_alive, donate, reuse_reason
 from ..autodiff._staging import Ref, StagingTrace
 from ..autodiff._trace import active_traces
-from ._jit_passes import run_passes
+from ._jit_passes import run_passes, separate_outputs
 from ._jit_replay import compile_graph, describe, taker, wrapper
 
 __all__ = ["jit", "Jitted", "Lowered"]
@@ -474,9 +474,12 @@ class Jitted:
                 kinds.append(2)
                 disp.append(None)
         g.outputs = outputs
+        staged = [g.values[o.slot] if o.__class__ is Ref else None for o in outputs]
         donated_leaves = self._donated_leaves(args, leaves, treedef)
         pos = {j: i for i, j in enumerate(in_idx)}  # leaf index -> graph input
-        run_passes(g, {g.inputs[pos[j]] for j in donated_leaves}, self._fuse)
+        donated_slots = {g.inputs[pos[j]] for j in donated_leaves}
+        run_passes(g, donated_slots, self._fuse)
+        g.copies = {i: _copier(g, g.outputs[i]) for i in separate_outputs(g, donated_slots, staged)}
         c = _Compiled()
         c.graph = g
         c.fn, c.src, c.check = compile_graph(g, self._name)
@@ -512,6 +515,12 @@ def _hand_over(c: _Compiled, vals: list, spent: list) -> None:
         else:
             t._value = None
         v = None
+
+
+def _copier(g, o):
+    """``copy(x)`` for output ``o`` of ``g`` (a Ref, or a constant array)."""
+    asarray = (g.disp[o.slot] if o.__class__ is Ref else namespace(o)._dispatch).raw_ns.asarray
+    return lambda x: asarray(x, copy=True)
 
 
 def _donatable(x) -> bool:

@@ -30,7 +30,8 @@ from ..autodiff._staging import Graph, Op, Ref, _collect
 from ._jit_fusion import FUSED, fuse_elementwise
 from ._jit_gemm import GEMM, fuse_matmul_updates
 
-__all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes"]
+__all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes",
+           "separate_outputs"]
 
 #: ops whose result is a new buffer (never a view of an input) besides the ufuncs and the
 #: primitives declared ``fresh``
@@ -412,3 +413,36 @@ def run_passes(g: Graph, donated: set, fuse: bool = True) -> None:
         fuse_matmul_updates(g, lambda g: _Buffers(g, donated))
         fuse_elementwise(g)
     plan_buffers(g, donated)
+
+
+def separate_outputs(g: Graph, donated: set, staged: list) -> set:
+    """The output positions the replay must copy, so that outputs share memory with each other
+    and with the inputs only where the staging (eager) run's did: a constant array (else every
+    call would return the same buffer), and an output whose buffer may alias an input not
+    donated or an earlier output where the staging values did not (common subexpressions
+    made two results one, a product with one dropped made a result the input or its view).
+    ``staged``: the staging value of each output position, taken before the passes."""
+    copies = set()
+    bufs = None
+    seen: list = []  # (roots, staging value) of the array outputs kept as they are
+    for i, o in enumerate(g.outputs):
+        if o.__class__ is not Ref:
+            if hasattr(o, "shape") and hasattr(o, "dtype") and not isinstance(o, type):
+                copies.add(i)
+            continue
+        if g.disp[o.slot] is None or staged[i] is None:  # (a traced number)
+            continue
+        bufs = bufs or _Buffers(g, donated)
+        rs = set(bufs.roots[o.slot] or ())
+        st = staged[i]
+        if any(k in rs and k not in donated and not _eagerly_shared(st, g.values[k]) for k in g.inputs) or any(
+                rs & r and not _eagerly_shared(st, v) for r, v in seen):
+            copies.add(i)
+        else:
+            seen.append((rs, st))
+    return copies
+
+
+def _eagerly_shared(a, b) -> bool:
+    """Whether staging values ``a`` and ``b`` shared memory (unknown: assume not)."""
+    return a is b or bool(_backend.may_share_memory(a, b))

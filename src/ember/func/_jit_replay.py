@@ -136,7 +136,9 @@ def source(g: Graph, names: _Names) -> str:
         dead = [s for s in dead_before.get(i, ()) if s not in op.outs]
         if dead:
             lines.append("    del " + ", ".join(f"v{s}" for s in dead))
-    ret = ", ".join(_expr(o, names) for o in g.outputs)
+    copies = g.copies  # (outputs that must not share the buffer they would)
+    ret = ", ".join(f"{names.const(copies[i], 'f')}({_expr(o, names)})" if i in copies else _expr(o, names)
+                    for i, o in enumerate(g.outputs))
     lines.append(f"    return ({ret},)" if g.outputs else "    return ()")
     return "\n".join(lines) + "\n"
 
