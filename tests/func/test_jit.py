@@ -861,3 +861,22 @@ def test_outputs_share_memory_only_where_eager_ones_do(fuse):
         same, t, fresh = views(v)
         assert np.shares_memory(raw(same), raw(v)) and np.shares_memory(raw(t), raw(v))
         assert not np.shares_memory(raw(fresh), raw(v))
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_zero_and_negative_zero_are_different_constants_and_arguments(fuse):
+    xp = ns("numpy")
+    x = xp.asarray([1.0, -2.0, 3.0])
+
+    def f(x):
+        return xp.copysign(xp.ones_like(x), x * 0.0), xp.copysign(xp.ones_like(x), x * -0.0)
+
+    for _ in range(2):
+        same(ember.jit(f, fuse=fuse)(x), f(x))
+    h = ember.jit(lambda x, s: x * s, fuse=fuse)
+    for s in (0.0, -0.0, 0.0, -0.0, 1.0, -0.0):  # (a constant first, then traced)
+        got = raw(h(x, s))
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(raw(x) * s))
+    k = ember.jit(lambda x, s: x * s, static_argnums=1, fuse=fuse)
+    for s in (0.0, -0.0):
+        np.testing.assert_array_equal(np.signbit(raw(k(x, s))), np.signbit(raw(x) * s))

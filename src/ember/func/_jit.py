@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -115,6 +116,12 @@ class _Static:
 
 
 _STATIC = _Static()
+
+
+def _number_key(x):
+    """A Python number as a key of the graphs traced for it: a float zero with its sign
+    (``0.0 == -0.0``, but ``x * 0.0`` and ``x * -0.0`` differ)."""
+    return (x, math.copysign(1.0, x)) if x == 0 and x.__class__ is float else x
 
 
 def _is_number(x) -> bool:
@@ -216,7 +223,7 @@ class Jitted:
                 hash(v)
             except TypeError:
                 raise TypeError(UNHASHABLE_STATIC.format(name=self._name, i=i, kind=type(v).__name__)) from None
-            skey.append((i, v.__class__, v))
+            skey.append((i, v.__class__, _number_key(v) if v.__class__ is float else v))
             dyn[i] = _STATIC
         tree = (tuple(dyn), kwargs)
         last = self._last_def  # (treedef, whether two calls in a row had it)
@@ -248,7 +255,7 @@ class Jitted:
                 parts.append((c, tuple(v.shape), v.dtype))
             elif c is int or c is float:
                 parts.append(c)
-                nums.append(x)
+                nums.append(_number_key(x))
             else:
                 parts.append((c, tuple(x.shape), x.dtype))
         return tuple(parts), tuple(nums)
@@ -288,7 +295,7 @@ class Jitted:
     def _lookup(self, args, kwargs, leaves, treedef, base, values) -> "_Compiled":
         """The graph for these arguments (traced if none fits); one that traces no number
         is also kept under ``(base, values)``, the key of the next call's first look."""
-        nums = [(j, x) for j, x in enumerate(leaves) if _is_number(x)]
+        nums = [(j, _number_key(x)) for j, x in enumerate(leaves) if _is_number(x)]
         b = self._cache.get(base)
         if b is not None:
             graphs = b.graphs.get(b.key(nums))

@@ -167,7 +167,9 @@ def _key(t):
     c = t.__class__
     if c is Ref:
         return ("r", t.slot)
-    if c in (bool, int, float, complex, str) or t is None:
+    if c is float or c is complex:  # (by repr: 0.0 == -0.0, but x * 0.0 and x * -0.0 differ)
+        return (c, repr(t))
+    if c in (bool, int, str) or t is None:
         return (c, t)
     if c is tuple or c is list:
         return (c, tuple(_key(a) for a in t))

@@ -13,6 +13,8 @@ which runs the host steps the guards need and says whether they all hold.
 
 from __future__ import annotations
 
+import math
+
 from ..autodiff import Tensor
 from ..autodiff._ownership import Dead, Owned
 from ..autodiff._staging import Graph, Ref, _collect
@@ -199,6 +201,9 @@ def taker(leaves: list, in_idx: list, traced: list, check, donated, written, don
             if j not in traced:
                 env[f"N{j}"] = x
                 cond += f" or x{j} != N{j}"
+                if c is float and x == 0:  # (0.0 == -0.0: the sign is part of the signature)
+                    env["_copysign"] = math.copysign
+                    cond += f" or _copysign(1.0, x{j}) != {math.copysign(1.0, x)}"
             lines.append(f"    if {cond}: return None")
             continue
         v = f"x{j}"
