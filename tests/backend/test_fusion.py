@@ -92,3 +92,16 @@ def test_registers_are_reused_and_a_program_too_wide_raises():
 def test_only_numpy_arrays_have_a_fuser():
     assert eb.fuser(eb.get("array_api_strict")) is None
     assert FUSER.name == "numexpr" and FUSER.dtypes == {"float32", "float64"}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("exponent", [0.5, 2.0, -1.0, 3.0])
+def test_a_constant_power_equals_numpy_on_special_values(exponent, dtype):
+    # NumPy computes x ** 0.5 as sqrt(x): -inf and -0.0 give nan and -0.0, not C pow's inf, 0
+    x = np.array(SPECIAL, dtype)
+    program = [("pow", dtype, [("in", 0), ("const", exponent)]), ("add", dtype, [("node", 0), ("const", 0.0)])]
+    with np.errstate(all="ignore"):
+        got = FUSER.compile(program, [dtype])(x)
+        want = np.power(x, exponent) + 0.0
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -137,6 +137,9 @@ def _numexpr_fuser(interpreter: Any, np: Any) -> Fuser:
             args = [same.get(a[1], a) if a[0] == "node" else a for a in args]
             if name == "positive" and i != end:
                 same[i] = args[0]
+            elif name == "pow" and args[1] == ("const", 0.5):
+                # NumPy takes x ** 0.5 as sqrt(x) (C's pow differs at -inf and -0.0)
+                name, args = "sqrt", args[:1]
             resolved.append((name, dtype, args))
         program = resolved
         consts: list = []
