@@ -50,6 +50,7 @@ def test_a_changing_number_is_traced_from_its_second_value_on():
 
 def _host_arith(x, n, m):
     k = (n // 2) + (n % 3) ** 2 - abs(-n) + round(m / 3) + math.floor(m) + math.ceil(-m)
+    k = k + divmod(n, 4)[0] - divmod(7, n + 1)[1] + divmod(m, 2.5)[1]
     return x * k - (m**2) / (1 + abs(m)) + (n << 1) - (-m)
 
 

@@ -150,6 +150,9 @@ for _n, _s in _COMPARE.items():  # (reflected comparisons are Python's swap of t
 for _n, _f in _UNARY.items():
     setattr(TracedNumber, f"__{_n}__", lambda self, _f=_f, _n=_n: _apply(_f, (self,), _n))
 del _n, _f, _s
+# divmod as its two host steps (CPython computes // and % of floats by divmod itself)
+TracedNumber.__divmod__ = lambda self, other: (self // other, self % other)
+TracedNumber.__rdivmod__ = lambda self, other: (other // self, other % self)
 
 
 class TracedInt(TracedNumber):
