@@ -187,10 +187,9 @@ def taker(leaves: list, in_idx: list, traced: list, check, donated, written, don
     the classes, shapes and dtypes of ``leaves`` (untraced Python numbers: the same values) or
     the traced numbers (positions ``traced``) fail the guards ``check``. Straight-line code:
     the checks first, then the donations (``donate(x, op, where(2))`` per donated Tensor, once
-    for one given twice), then
-    ``hand_over(vals, [(input, handle), ...])`` for the donated inputs the graph writes into.
-    None where a leaf is of a kind only the general path handles (a consumed or owned Tensor, a
-    Tensor of Tensors)."""
+    for one given twice), then ``hand_over(vals, [(input, handle), ...])`` for the donated
+    inputs the graph writes into. None where a leaf is of a kind only the general path
+    handles (a consumed or owned Tensor, a Tensor of Tensors)."""
     env: dict = {"_check": check, "_donate": donate, "_where": where, "_hand_over": hand_over, "OP": op}
     lines = ["def _take(l):"]
     for j, x in enumerate(leaves):
