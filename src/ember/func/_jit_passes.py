@@ -16,7 +16,9 @@
   its result into that input's buffer (``out=``), where the backend's
   capabilities say its ufuncs take ``out=`` and write in place (a fused call:
   into a donated input's buffer only). What ``consume``
-  decides at run time from reference counts is decided here from liveness.
+  decides at run time from reference counts is decided here from liveness;
+- :func:`separate_outputs` (after them): the outputs the replay copies so that
+  results alias each other and the inputs only where eager ones did.
 """
 
 from __future__ import annotations
