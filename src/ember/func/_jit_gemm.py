@@ -97,14 +97,14 @@ def _scale(g: Graph, a, dtype):
     return a if getattr(v, "shape", None) == () and v.dtype == dtype else None
 
 
-def _match(g: Graph, op: Op, made: dict, readers: dict, buffers):
+def _match(g: Graph, op: Op, readers: dict, bufs):
     """``(w, a, b, scale, sign, transposed, dropped ops)`` when ``op`` ends such a chain;
-    ``buffers()``: the graph's buffer analysis."""
+    ``bufs``: the graph's buffer analysis (``_jit_passes._Buffers``)."""
     sign = _SIGN.get(op.name)
     if sign is None or op.multi or op.params or len(op.args) != 2:
         return None
     u = g.values[op.outs[0]]
-    i = made[op.outs[0]][1]
+    i = bufs.made_at[op.outs[0]]
     for k in ((0, 1) if sign == 1 else (0,)):
         w, r = op.args[k], op.args[1 - k]
         if w.__class__ is not Ref or r.__class__ is not Ref or w.slot == r.slot:
@@ -113,10 +113,9 @@ def _match(g: Graph, op: Op, made: dict, readers: dict, buffers):
             continue
         dropped, scale, transposed, s = [], None, False, r.slot
         for kind in ("multiply", "transpose", "matmul"):
-            m = made.get(s)
-            if m is None or readers.get(s) != 1:
+            if bufs.made_at[s] < 0 or readers.get(s) != 1:
                 break
-            link = m[0]
+            link = g.ops[bufs.made_at[s]]
             if link.multi or link.params or g.values[s].dtype != u.dtype:
                 break
             if kind == "multiply" and link.name == "multiply" and len(link.args) == 2:
@@ -134,7 +133,6 @@ def _match(g: Graph, op: Op, made: dict, readers: dict, buffers):
                 s = link.args[0].slot if link.args[0].__class__ is Ref else None
             elif kind == "matmul" and link.name in _MATMUL and len(link.args) == 2:
                 a, b = link.args
-                bufs = buffers()
                 if len(g.values[s].shape) != 2 or any(
                         x.__class__ is Ref and (len(g.values[x.slot].shape) != 2 or bufs.aliases(x.slot, w.slot))
                         for x in (a, b)):
@@ -161,16 +159,13 @@ def fuse_matmul_updates(g: Graph, buffers) -> None:
     backend has a gemm; ``buffers(g)``: the graph's buffer analysis (``_jit_passes._Buffers``),
     redone after each replacement (a product's operands are then read later)."""
     while True:
-        made = {}
-        for i, op in enumerate(g.ops):
-            for s in op.outs:
-                if s is not None:
-                    made[s] = (op, i)
-        readers, bufs, found = _readers(g), [], None
+        if not any(op.name in _SIGN for op in g.ops):
+            return
+        readers, bufs, found = _readers(g), buffers(g), None
         for op in g.ops:
             if op.name not in _SIGN or op.outs[0] is None or g.disp[op.outs[0]] is None:
                 continue
-            found = _match(g, op, made, readers, lambda: bufs[0] if bufs else bufs.append(buffers(g)) or bufs[0])
+            found = _match(g, op, readers, bufs)
             # (the backend is probed only for a chain found: importing and probing costs)
             if found is not None:
                 gm = _backend.gemm(g.disp[op.outs[0]].xp)
@@ -189,10 +184,10 @@ def fuse_matmul_updates(g: Graph, buffers) -> None:
         # where the product was, if w and the scale exist by then and nothing reads w from there
         # to the update: its operands then die as early as before (kept to the update, large
         # activations would pile up)
-        at, upto = made[dropped[-1].outs[0]][1], made[op.outs[0]][1]
+        at, upto = bufs.made_at[dropped[-1].outs[0]], bufs.made_at[op.outs[0]]
         gone = {id(x) for x in dropped} | {id(op)}
-        early = made.get(w.slot, (None, -1))[1] < at and (
-            scale.__class__ is not Ref or made.get(scale.slot, (None, -1))[1] < at) and not any(
-            bufs[0].aliases(r, w.slot) for x in g.ops[at + 1:upto] if id(x) not in gone for r in x.refs())
+        early = bufs.made_at[w.slot] < at and (
+            scale.__class__ is not Ref or bufs.made_at[scale.slot] < at) and not any(
+            bufs.aliases(r, w.slot) for x in g.ops[at + 1:upto] if id(x) not in gone for r in x.refs())
         place = dropped[-1] if early else op
         g.ops = [new if x is place else x for x in g.ops if x is place or id(x) not in gone]
