@@ -68,6 +68,44 @@ def test_reductions_match_compat(name, data, keepdims):
               lambda: getattr(cnp, name)(x, axis=axis, keepdims=keepdims))
 
 
+@pytest.mark.parametrize("name", ["max", "min"])
+@given(x=hnp.arrays(st.sampled_from([np.float32, np.float64, np.int16, np.bool_]),
+                    hnp.array_shapes(min_dims=1, max_dims=4, min_side=0, max_side=70),
+                    elements=None),
+       view=st.sampled_from(["c", "reversed", "transposed"]), keepdims=st.booleans(), as_tuple=st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_max_min_along_rows_match_compat(name, x, view, keepdims, as_tuple):
+    # rows of a C-contiguous array go through reduceat; views and other axes through reduce
+    if view == "reversed":
+        x = x[..., ::-1]
+    elif view == "transposed":
+        x = x.T
+    axis = (x.ndim - 1,) if as_tuple else -1
+    _both(lambda: DIRECT[name](x, axis=axis, keepdims=keepdims),
+          lambda: getattr(cnp, name)(x, axis=axis, keepdims=keepdims))
+
+
+def test_max_along_rows_is_one_reduceat_call():
+    from ember.autodiff import _direct
+
+    x = np.random.default_rng(0).standard_normal((16, 4, 64, 64)).astype(np.float32)
+    x[3, 2, 7, 5] = np.nan
+    calls = []
+
+    class Spy:  # numpy.maximum with its reduce replaced by a failure, reduceat counted
+        reduce = staticmethod(lambda *a, **k: (_ for _ in ()).throw(AssertionError("reduce ran")))
+
+        @staticmethod
+        def reduceat(a, starts):
+            calls.append(starts.shape)
+            return np.maximum.reduceat(a, starts)
+
+    got = _direct._row_reduction("max", Spy, np)(x, axis=-1, keepdims=True)
+    assert calls == [(16 * 4 * 64,)]
+    _same(got, np.max(x, axis=-1, keepdims=True))
+    assert np.isnan(got[3, 2, 7, 0]) and not np.isnan(got[3, 2, 6, 0])
+
+
 @pytest.mark.parametrize("name", ["sum", "prod"])
 @pytest.mark.parametrize("dtype", [None, np.float64, np.int64, np.complex128])
 def test_reduction_dtype_argument(name, dtype):

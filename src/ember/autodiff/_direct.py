@@ -15,7 +15,8 @@ standard function   direct call
 ==================  ============================================
 sum, prod           ``add.reduce``, ``multiply.reduce``
 mean                ``add.reduce`` / count (float32/64, complex)
-max, min            ``maximum.reduce``, ``minimum.reduce``
+max, min            ``maximum.reduce``, ``minimum.reduce``; along the last axis of a
+                    C-contiguous array, ``reduceat`` over its rows
 all, any            ``logical_and/or.reduce`` to ``bool``
 matmul              ``numpy.matmul``
 matrix_transpose    ``x.mT`` (NumPy >= 2)
@@ -52,6 +53,51 @@ def _reduction(name: str, reduce, takes_dtype: bool):
 
         def f(x, /, *, axis=None, keepdims=False):
             return reduce(x, axis, None, None, keepdims)
+
+    f.__name__ = f.__qualname__ = name
+    return f
+
+
+#: row counts up to this keep their ``reduceat`` start offsets cached (``_row_starts``)
+_CACHED_ROWS = 1 << 16
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_starts(lib, size: int, n: int):
+    starts = lib.arange(0, size, n, dtype=lib.intp)
+    starts.flags.writeable = False  # shared by every call with these sizes
+    return starts
+
+
+def _row_starts(lib, size: int, n: int):
+    """The flat offsets where the rows of ``n`` elements of a ``size``-element array begin."""
+    if size // n <= _CACHED_ROWS:
+        return _cached_starts(lib, size, n)
+    return lib.arange(0, size, n, dtype=lib.intp)
+
+
+def _row_reduction(name: str, ufunc, lib):
+    """``max`` / ``min``: ``ufunc.reduce``, except along the last axis of a C-contiguous array
+    of several rows, where ``ufunc.reduceat`` over the flat array takes each row.
+
+    Why: NumPy's reduce pays a fixed cost per row, about 50 ns, most of the time of a row
+    of 64 (the attention scores' softmax); ``reduceat`` pays about half, and wins from
+    rows of one element to rows of thousands (``benchmarks/reductions.py``). The values are
+    the same: a maximum or minimum is exact whichever order takes it.
+    """
+    reduce, reduceat, ndarray = ufunc.reduce, ufunc.reduceat, lib.ndarray
+
+    def f(x, /, *, axis=None, keepdims=False):
+        if axis is not None and x.__class__ is ndarray:
+            shape = x.shape
+            nd = len(shape)
+            a = axis[0] if axis.__class__ is tuple and len(axis) == 1 else axis
+            if nd >= 2 and a.__class__ is int and (a == -1 or a == nd - 1):
+                n, size = shape[-1], x.size
+                if n and size > n and x.flags.c_contiguous:  # (rows: at least two, none empty)
+                    r = reduceat(x.reshape(-1), _row_starts(lib, size, n))
+                    return r.reshape(shape[:-1] + (1,) if keepdims else shape[:-1])
+        return reduce(x, axis, None, None, keepdims)
 
     f.__name__ = f.__qualname__ = name
     return f
@@ -189,7 +235,10 @@ def direct_functions(lib: Any) -> dict:
     """
     out: dict = {}
     for name, (ufunc, takes_dtype) in _REDUCTIONS.items():
-        out[name] = _reduction(name, getattr(lib, ufunc).reduce, takes_dtype)
+        if ufunc in ("maximum", "minimum"):
+            out[name] = _row_reduction(name, getattr(lib, ufunc), lib)
+        else:
+            out[name] = _reduction(name, getattr(lib, ufunc).reduce, takes_dtype)
     for name, ufunc in _LOGICAL.items():
         out[name] = _logical(name, getattr(lib, ufunc).reduce)
     out["matmul"] = lib.matmul  # a ufunc: same positional signature
