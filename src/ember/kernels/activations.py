@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["relu", "GELU_C", "GELU_K", "gelu_tanh_u", "gelu_tanh_t", "in_place"]
+__all__ = ["relu", "GELU_C", "GELU_K", "GELU_CK", "gelu_tanh_u", "gelu_tanh_t", "in_place"]
 
 
 def relu(ns, x):
@@ -28,9 +28,14 @@ GELU_K = 0.044715
 """The cubic term's coefficient of :data:`GELU_C`'s ``u``."""
 
 
+GELU_CK = GELU_C * GELU_K
+"""``c k``: the argument is computed as ``x (c + c k x^2)``, one product fewer than
+``c (x + k x^3)`` (the same value up to rounding)."""
+
+
 def gelu_tanh_u(ns, x, x2):
-    """The tanh form's argument ``c * (x + k * x^3)``, given ``x2 = x * x``."""
-    return GELU_C * (x + GELU_K * (x2 * x))
+    """The tanh form's argument ``c (x + k x^3)``, as ``x (c + c k x^2)``, given ``x2 = x * x``."""
+    return x * (GELU_C + GELU_CK * x2)
 
 
 def in_place(ns, x) -> bool:
@@ -50,10 +55,9 @@ def gelu_tanh_t(ns, x, x2, spend_x2: bool = False):
         return ns.tanh(gelu_tanh_u(ns, x, x2))
     if spend_x2:
         u = x2
-        u *= x
+        u *= GELU_CK
     else:
-        u = x2 * x
-    u *= GELU_K
-    u += x
-    u *= GELU_C
+        u = x2 * GELU_CK
+    u += GELU_C
+    u *= x
     return ns.tanh(u)
