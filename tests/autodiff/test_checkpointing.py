@@ -187,6 +187,28 @@ def test_models_bitwise(model):
             _same(ref, ember.value_and_grad(fr, checkpointing=strategy)(p, x))
 
 
+def test_nn_ops_over_many_rows_bitwise():
+    # enough rows (>= kernels.reductions.MIN_ROWS) that layer norm's and softmax's means and
+    # sums, and the biases' gradients, are products with ones: a backward pass run on Tensors
+    # (checkpointed) must pick the method the raw one picks
+    import ember.nn as nn
+
+    rng = np.random.default_rng(0)
+    d = 16
+    p = {"ln": nn.LayerNorm(xp.asarray(rng.standard_normal(d)), xp.asarray(rng.standard_normal(d)), (d,), 1e-5),
+         "l1": nn.Linear(xp.asarray(rng.standard_normal((d, d))), xp.asarray(rng.standard_normal(d)))}
+    x = xp.asarray(rng.standard_normal((4, 300, d)))
+
+    def f(p, x, block=lambda g: g):
+        h = block(lambda x: p["l1"](p["ln"](x)))(x)
+        return xp.sum(nn.softmax(h, axis=-1) * x)
+
+    ref = ember.value_and_grad(f)(p, x)
+    for strategy in STRATEGIES:
+        _same(ref, ember.value_and_grad(f, checkpointing=strategy)(p, x))
+    _same(ref, ember.value_and_grad(lambda p, x: f(p, x, checkpoint))(p, x))
+
+
 def test_float32_and_argnums():
     p = {k: v.astype(np.float32) for k, v in _tblock_params().items()}
     x = np.random.default_rng(3).standard_normal((2, 6, 8)).astype(np.float32)

@@ -1,6 +1,6 @@
-"""kernels.sum_last / mean_last / max_last: the namespace's sum, mean and max, by a product
-with ones or over a transposed copy's columns where that applies (C-contiguous float32/float64
-backend arrays, the last axis alone)."""
+"""kernels.sum_last / mean_last / max_last / sum_leading: the namespace's sum, mean and max, by
+a product with ones or over a transposed copy's columns where that applies (C-contiguous
+float32/float64 backend arrays, the last axis alone or the leading axes)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ember.kernels import max_last, mean_last, reductions, sum_last
+from ember.kernels import max_last, mean_last, reductions, sum_last, sum_leading
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=64)
 
@@ -109,3 +109,62 @@ def test_the_max_and_sum_of_a_classifiers_logits_run_along_the_columns():
             got = ours(cnp, x, -1, keepdims=True)
         assert axes == [((10, 300), 0)]
         np.testing.assert_allclose(got, theirs(x, axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+@settings(deadline=None, max_examples=80)
+@given(x=hnp.arrays(st.sampled_from([np.float32, np.float64]), hnp.array_shapes(min_dims=1, max_dims=4, min_side=0),
+                    elements=st.one_of(finite, st.sampled_from([np.inf, -np.inf, np.nan]))),
+       data=st.data())
+def test_sum_leading_equals_the_sum_over_the_leading_axes(x, data):
+    lead = data.draw(st.integers(1, x.ndim), label="lead")
+    axis = 0 if lead == 1 else tuple(range(lead))
+    with mock.patch.object(reductions, "LEADING_ROWS", 2):
+        got = sum_leading(cnp, x, lead)
+    want = np.sum(x, axis=axis)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    tol = dict(rtol=1e-5, atol=1e-2) if x.dtype == np.float32 else dict(rtol=1e-12, atol=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (inf - inf in the comparison)
+        np.testing.assert_allclose(got, want, **tol)
+
+
+def test_sum_leading_is_one_product_for_a_bias_gradient():
+    x = np.random.default_rng(0).standard_normal((16, 64, 128)).astype(np.float32)
+    with mock.patch.object(cnp, "sum", side_effect=AssertionError("the reduction ran")):
+        got = sum_leading(cnp, x, 2)
+    np.testing.assert_allclose(got, x.sum(axis=(0, 1)), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["every axis", "not contiguous", "integers", "strict", "few rows"])
+def test_sum_leading_elsewhere_is_the_namespaces_sum(case):
+    x, ns, lead = np.random.default_rng(0).standard_normal((30, 40, 5)), cnp, 2
+    if case == "every axis":
+        lead = 3
+    elif case == "not contiguous":
+        x = x.transpose(0, 2, 1)
+    elif case == "integers":
+        x = np.arange(6000).reshape(30, 40, 5)
+    elif case == "few rows":
+        lead = 1
+        assert x.shape[0] < reductions.LEADING_ROWS
+    else:
+        ns, x = array_api_strict, array_api_strict.asarray(x)
+    axis = 0 if lead == 1 else tuple(range(lead))
+    np.testing.assert_array_equal(np.asarray(sum_leading(ns, x, lead)), np.asarray(ns.sum(x, axis=axis)))
+
+
+def test_a_tensor_takes_the_method_of_the_array_under_it():
+    # rules run on Tensors where checkpointing or a higher order records the backward pass:
+    # the same method as on the raw array, so the same bits
+    import ember.autodiff.numpy as xp
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((600, 24))
+    t = xp.asarray(x)
+    np.testing.assert_array_equal(sum_leading(xp, t, 1).raw, sum_leading(cnp, x, 1))
+    np.testing.assert_array_equal(sum_last(xp, t, -1).raw, sum_last(cnp, x, -1))
+    np.testing.assert_array_equal(mean_last(xp, t, -1).raw, mean_last(cnp, x, -1))
+    assert not np.array_equal(sum_leading(cnp, x, 1), np.sum(x, axis=0))  # (else this proves nothing)
+    v = xp.asarray(np.asfortranarray(x))  # the array under decides: not C-contiguous, the sum
+    assert not v.raw.flags.c_contiguous
+    np.testing.assert_array_equal(sum_leading(xp, v, 1).raw, np.sum(v.raw, axis=0))

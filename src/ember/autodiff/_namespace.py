@@ -211,6 +211,11 @@ class _Dispatcher:
         # whether backend arrays take item assignment and in-place arithmetic (the backward
         # loop accumulates into buffers it owns, see _trace._backward_raw)
         self.raw_ns._writes = caps.in_place
+        # the backend array under a plain Tensor (else None), whose memory layout picks a
+        # kernel's method (kernels.reductions): rules run on Tensors then pick the method they
+        # pick on raw arrays, so checkpointed and higher-order passes give the same bits
+        mod._under = _under_plain(T)
+        self.raw_ns._under = None
         self._build_functions()
         self._build_tensor_methods()
         self._build_constants()
@@ -1009,6 +1014,13 @@ def _viewing(name, f):
 
 #: two-array functions without parameters that take the elementwise binary fast path
 _BINARY_FAST = frozenset({"matmul"})
+
+
+def _under_plain(T):
+    def under(x):
+        return raw_value(x) if x.__class__ is T else None
+
+    return under
 
 
 def _raw_namespace(bxp, fixes, modname) -> types.ModuleType:

@@ -11,9 +11,9 @@ from .erf import erf_series
 from .linear import LINEAR_RELU_COMPLEX, LINEAR_SHAPES, check_linear
 from .normalization import layer_norm
 from .pooling import max_pool_tiles, tile_views
-from .reductions import max_last, mean_last, sum_last
+from .reductions import leading_rows, max_last, mean_last, sum_last, sum_leading
 from .shapes import meshgrid, shapes_fit
 
 __all__ = ["GELU_C", "GELU_K", "LINEAR_RELU_COMPLEX", "LINEAR_SHAPES", "check_linear",
-           "erf_series", "gelu_tanh_t", "gelu_tanh_u", "in_place", "layer_norm",
-           "max_last", "max_pool_tiles", "mean_last", "meshgrid", "relu", "shapes_fit", "sum_last", "tile_views"]
+           "erf_series", "gelu_tanh_t", "gelu_tanh_u", "in_place", "layer_norm", "leading_rows",
+           "max_last", "max_pool_tiles", "mean_last", "meshgrid", "relu", "shapes_fit", "sum_last", "sum_leading", "tile_views"]

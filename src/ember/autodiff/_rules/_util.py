@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ...kernels import mean_last, shapes_fit, sum_last
+from ...kernels import leading_rows, mean_last, shapes_fit, sum_last, sum_leading
 from .._tensor import Tensor, raw_value
 
 
@@ -60,7 +60,7 @@ def fit(ns, g, x):
         if lead < 0:  # x had leading 1s that the op dropped (e.g. a value written by setitem)
             return fit(ns, ns.reshape(g, (1,) * -lead + gshape), x)
         if lead and gshape[lead:] == shape:  # only leading axes were added (a bias)
-            g = ns.sum(g, axis=0 if lead == 1 else tuple(range(lead)))
+            g = reduce_leading(ns, g, lead)
         else:
             ones = tuple(lead + i for i, s in enumerate(shape) if s == 1 and gshape[lead + i] != 1)
             if ones:
@@ -108,7 +108,8 @@ _KERNELS: dict = {}  # (dispatcher, name) -> a backend function made by run_time
 #: the names of the run-time kernels rules stage (and of jit's fused elementwise calls,
 #: ``_fused``); each result is a new buffer (jit's buffer planning may write into it), and no
 #: primitive takes one of these names as its key
-RUN_TIME_KERNELS = frozenset({"_select", "_select_summed", "_ties", "_reduce_last", "_fused"})
+RUN_TIME_KERNELS = frozenset({"_select", "_select_summed", "_ties", "_reduce_last", "_reduce_leading",
+                              "_fused"})
 
 
 def run_time_kernel(d, name: str, make):
@@ -137,6 +138,25 @@ def reduce_last(ns, x, axis, keepdims: bool = False, mean: bool = False):
         return ns._dispatch.call("_reduce_last", run_time_kernel(ns._dispatch, "_reduce_last", _reduce_last_kernel),
                                  (x,), {"axis": axis, "keepdims": keepdims, "mean": mean})
     return (mean_last if mean else sum_last)(ns, x, axis, keepdims)
+
+
+def _reduce_leading_kernel(R):
+    def k(x, lead):
+        return sum_leading(R, x, lead)
+
+    return k
+
+
+def reduce_leading(ns, x, lead: int):
+    """``kernels.sum_leading`` (the sum over ``x``'s first ``lead`` axes) in a rule: while jit
+    stages, one op that picks the product with ones or the reduction on the array it runs on,
+    as :func:`reduce_last` does (where the shape alone allows a product)."""
+    if leading_rows(x, lead) and staged_only(ns, x):
+        return ns._dispatch.call("_reduce_leading",
+                                 run_time_kernel(ns._dispatch, "_reduce_leading", _reduce_leading_kernel),
+                                 (x,), {"lead": lead})
+    return sum_leading(ns, x, lead)
+
 
 
 def _select_kernel(R):

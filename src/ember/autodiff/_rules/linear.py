@@ -12,7 +12,7 @@ import math
 
 from ._base import defvjp
 from .._tensor import Tensor, raw_value
-from ._util import as_rows, cj, fit, select, select_summed
+from ._util import as_rows, cj, fit, reduce_leading, select, select_summed
 
 
 def _matmul_a(ns, g, ans, a, b):
@@ -159,7 +159,7 @@ def linear_vjp(ns, g, ans, args, params, parents):
         if not plain:
             gw = fit(ns, gw, w)
     if parents[2] is not None and gb is None:
-        gb = ns.sum(g, axis=0) if sum_bias else fit(ns, g, b)
+        gb = reduce_leading(ns, g, 1) if sum_bias else fit(ns, g, b)
     if xshape is not None and gx is not None:
         gx = ns.reshape(gx, xshape)
     return gx, gw, gb
