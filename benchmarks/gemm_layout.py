@@ -35,6 +35,11 @@ gradient: ``input-*``) and a hidden layer (256 -> 256, with it: ``hidden-*``):
 the product and two in-place passes or one gemm; where the ratio crosses 1 is
 ``ember.backend.gemm(xp).min_elements``.
 
+``stacked_nt_*``: ``view-MxKxN`` / ``copied-MxKxN``, a stacked product ``a @ b`` of 64
+matrices (attention's ``q @ k^T``) with ``b`` a transposed view, as it is or after a
+C-contiguous copy (the copy timed too); where ``copied`` wins is jit's
+``STACKED_NT`` range (``ember/func/_jit_passes.py``).
+
 Run: ``benchmarks/run gemm_layout [--quick]``. Not part of ``benchmarks/run all``
 (no acceptance criterion reads it).
 """
@@ -54,6 +59,7 @@ INPUT = (784, 256)  # (in, out) of the MLP's first layer
 HIDDEN = (256, 256)
 LR = 1e-6  # small: the fused form updates the weight in place on every call
 UPDATE_SIZES = (1 << 13, 1 << 14, 1 << 15, 1 << 16, 1 << 18)  # elements of the updated array
+STACKS = ((16, 32, 16), (64, 16, 64), (64, 32, 64), (64, 64, 64), (128, 32, 128), (128, 64, 128))  # (m, k, n)
 
 
 def _problem(dtype: Any, shape: tuple[int, int], order: str) -> tuple[np.ndarray, ...]:
@@ -123,8 +129,20 @@ def setup_layer(dtype: Any, shape: tuple[int, int], order: str, input_grad: bool
     return step
 
 
+def setup_stacked(dtype: Any, mkn: tuple[int, int, int], copied: bool) -> Callable[[], Any]:
+    """``a @ b`` over 64 matrices ``(m, k) @ (k, n)``, ``b`` a transposed view of ``(n, k)``
+    matrices; ``copied``: made C-contiguous first, inside the timed call."""
+    m, k, n = mkn
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, m, k)).astype(dtype)
+    b = np.swapaxes(rng.standard_normal((64, n, k)).astype(dtype), -1, -2)
+    if copied:
+        return lambda: a @ np.ascontiguousarray(b)
+    return lambda: a @ b
+
+
 def workloads() -> list:
-    """``gemm_layout_*`` and ``gemm_update_*``, float32 and float64."""
+    """``gemm_layout_*``, ``gemm_update_*`` and ``stacked_nt_*``, float32 and float64."""
     def layer(shape: tuple[int, int], order: str, input_grad: bool, update: str | None = None):
         return lambda dtype: setup_layer(dtype, shape, order, input_grad, update)
 
@@ -151,6 +169,15 @@ def workloads() -> list:
         "passes, or one gemm (where ember.backend.gemm's min_elements comes from)",
         unit="us/call",
         ratios=[(f"gemm-{n // 1024}k", f"separate-{n // 1024}k") for n in UPDATE_SIZES],
+        rounds=9,
+    ) + peers.dtype_workloads(
+        "stacked_nt",
+        {f"{kind}-{'x'.join(map(str, mkn))}": (lambda mkn, c: lambda dtype: setup_stacked(dtype, mkn, c))(
+            mkn, kind == "copied") for mkn in STACKS for kind in ("view", "copied")},
+        "a @ b over 64 matrices, b a transposed view: as it is, or copied C-contiguous first "
+        "(where jit's STACKED_NT range comes from), {dtype}",
+        unit="us/call",
+        ratios=[(f"copied-{'x'.join(map(str, mkn))}", f"view-{'x'.join(map(str, mkn))}") for mkn in STACKS],
         rounds=9,
     )
 

@@ -880,3 +880,51 @@ def test_zero_and_negative_zero_are_different_constants_and_arguments(fuse):
     k = ember.jit(lambda x, s: x * s, static_argnums=1, fuse=fuse)
     for s in (0.0, -0.0):
         np.testing.assert_array_equal(np.signbit(raw(k(x, s))), np.signbit(raw(x) * s))
+
+
+
+def _heads(xp, x):
+    """(batch, seq, heads * d) -> (batch, heads, seq, d): a permuted view, as attention's."""
+    b, s, hd = x.shape
+    return xp.permute_dims(xp.reshape(x, (b, s, 4, hd // 4)), (0, 2, 1, 3))
+
+
+@pytest.mark.parametrize("lib", BACKENDS)
+def test_a_small_stacked_product_with_a_transposed_operand_reads_a_contiguous_copy(lib):
+    # attention's q @ k^T: NumPy calls BLAS per matrix, slower on a transposed operand; the
+    # jitted graph copies it first (NumPy's functions only), and a later call gets the same
+    # values whatever its operand's layout
+    xp = ns(lib)
+    rng = np.random.default_rng(0)
+    q, k = (xp.asarray(rng.standard_normal((4, 64, 128))) for _ in range(2))
+
+    def scores(q, k):
+        return _heads(xp, q) @ xp.matrix_transpose(_heads(xp, k))
+
+    f = ember.jit(scores)
+    assert ("_contiguous(" in str(f.lower(q, k))) is (lib == "numpy")
+    same(f(q, k), scores(q, k), tol=1e-13)
+    k_before = raw(k).copy()
+    k2 = xp.asarray(np.ascontiguousarray(raw(k)[:, ::-1]))  # another call, other values
+    same(f(q, k2), scores(q, k2), tol=1e-13)
+    assert np.array_equal(raw(k), k_before)
+
+    def loss(q, k):
+        return xp.sum(scores(q, k) ** 2)
+
+    for got, want in zip(ember.jit(ember.grad(loss, argnums=(0, 1)))(q, k), ember.grad(loss, argnums=(0, 1))(q, k)):
+        same(got, want, tol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["large", "tiny", "plain", "not transposed"])
+def test_other_products_keep_their_operands(case):
+    xp = ns("numpy")
+    rng = np.random.default_rng(0)
+    sa, sb = {"large": ((4, 256, 256), (4, 256, 256)), "tiny": ((4, 8, 8), (4, 8, 8)),
+              "plain": ((64, 64), (64, 64)), "not transposed": ((4, 64, 32), (4, 32, 64))}[case]
+    a, b = xp.asarray(rng.standard_normal(sa)), xp.asarray(rng.standard_normal(sb))
+
+    def f(a, b):
+        return a @ (b if case == "not transposed" else xp.matrix_transpose(b))
+
+    assert "_contiguous(" not in str(ember.jit(f).lower(a, b))

@@ -12,6 +12,9 @@
   BLAS ``gemm`` writing into that array, where the backend has one;
 - :func:`~ember.func._jit_fusion.fuse_elementwise` (``fuse=True``): trees of
   small elementwise ops become one call of the backend's fuser;
+- :func:`contiguous_operands`: a stacked product of small matrices whose right
+  operand is a transposed view (attention's ``q @ k^T``) gets that operand as a
+  C-contiguous copy, where the backend's functions are NumPy's;
 - :func:`plan_buffers`: an elementwise op whose input dies at that op writes
   its result into that input's buffer (``out=``), where the backend's
   capabilities say its ufuncs take ``out=`` and write in place (a fused call:
@@ -32,8 +35,8 @@ from ..autodiff._staging import Graph, Op, Ref, _collect
 from ._jit_fusion import FUSED, fuse_elementwise
 from ._jit_gemm import GEMM, fuse_matmul_updates
 
-__all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "plan_buffers", "run_passes",
-           "separate_outputs"]
+__all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "contiguous_operands",
+           "plan_buffers", "run_passes", "separate_outputs"]
 
 #: ops whose result is a new buffer (never a view of an input) besides the ufuncs and the
 #: primitives declared ``fresh``
@@ -311,6 +314,49 @@ class _Buffers:
         return b in (self.roots[s] or ())
 
 
+#: the sizes (m * k * n of each matrix) where a stacked product runs faster on a C-contiguous
+#: copy of a transposed right operand than on the view (``benchmarks/gemm_layout.py``,
+#: ``stacked_nt``): NumPy calls BLAS once per matrix, and OpenBLAS's kernel for a transposed
+#: operand is 1.2-1.7x slower on small ones (attention's 64 x 32 x 64); larger products
+#: amortize it and smaller ones do not pay for the copy
+STACKED_NT = (1 << 15, 1 << 19)
+CONTIGUOUS = "_contiguous"
+
+
+def _transposed_stack(a, b) -> bool:
+    """Whether ``a @ b`` is a stacked product (``b`` has a batch axis) of matrices in
+    :data:`STACKED_NT`'s range whose ``b`` is stored column by column (a transposed view)."""
+    shape, strides = getattr(b, "shape", ()), getattr(b, "strides", None)
+    if strides is None or len(shape) < 3 or len(getattr(a, "shape", ())) < 2:
+        return False
+    m, (k, n) = a.shape[-2], shape[-2:]
+    low, high = STACKED_NT
+    return k > 1 and n > 1 and strides[-2] == b.itemsize and low <= m * k * n <= high
+
+
+def contiguous_operands(g: Graph) -> None:
+    """Give a stacked matrix product whose right operand is a small transposed view
+    (:func:`_transposed_stack`, read off the staging values) a C-contiguous copy of it, made
+    by an op of its own (``_contiguous``), on backends whose functions are NumPy's ufuncs.
+    The copy is the library's ``ascontiguousarray``: where a later call's operand is
+    contiguous already it is that operand itself, so the op counts as a view."""
+    ops = []
+    for op in g.ops:
+        if op.name == "matmul" and len(op.args) == 2 and op.args[0].__class__ is Ref \
+                and op.args[1].__class__ is Ref and not op.params:
+            s = op.args[1].slot
+            d = g.disp[s]
+            a, b = g.values[op.args[0].slot], g.values[s]
+            lib = _backend.raw(d.xp) if d is not None and d.caps.ufuncs else None
+            copy = getattr(lib, "ascontiguousarray", None)
+            if copy is not None and _transposed_stack(a, b):
+                t = g.new_slot(copy(b), d)
+                ops.append(Op(CONTIGUOUS, copy, (Ref(s),), {}, (t,)))
+                op.args = (op.args[0], Ref(t))
+        ops.append(op)
+    g.ops = ops
+
+
 def plan_buffers(g: Graph, donated: set) -> None:
     """Set ``op.out_into`` where an elementwise op may write into a dying input's buffer.
 
@@ -416,6 +462,7 @@ def run_passes(g: Graph, donated: set, fuse: bool = True) -> None:
     if fuse:
         fuse_matmul_updates(g, lambda g: _Buffers(g, donated))
         fuse_elementwise(g)
+    contiguous_operands(g)
     plan_buffers(g, donated)
 
 
