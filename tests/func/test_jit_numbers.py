@@ -120,6 +120,21 @@ def test_bools_and_static_arguments_stay_static():
     assert jf.trace_count == 4  # (True, 2), (False, 2), (True, 3), (False, 3)
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_nan_arguments_find_their_graph(static):
+    # no NaN equals another: keyed as itself, each call with a new NaN traced again (static
+    # arguments: one more graph kept per call)
+    x = xp.asarray([1.0, 2.0])
+    f = ember.jit(lambda x, a: x * a + (1.0 if a != a else 0.0), static_argnums=1 if static else ())
+    values = [float("nan"), float("nan"), 1.0, float("nan"), 2.0, float("nan")]
+    got = [raw(f(x, a))[0] for a in values]
+    np.testing.assert_array_equal(got, [math.nan, math.nan, 1.0, math.nan, 2.0, math.nan])
+    assert f.trace_count == (3 if static else 2)
+    for _ in range(20):
+        f(x, float("nan"))
+    assert f.trace_count == (3 if static else 2)
+
+
 def test_numbers_come_back_as_python_numbers():
     jf = ember.jit(lambda x, state: (x * 2.0, {"step": state["step"] + 1, "t": state["t"] / 2}))
     x = xp.asarray([1.0])

@@ -118,10 +118,20 @@ class _Static:
 _STATIC = _Static()
 
 
+#: the key of every float NaN (no NaN equals another, so as itself it would match no key)
+_NAN_KEY = ("nan",)
+
+
 def _number_key(x):
     """A Python number as a key of the graphs traced for it: a float zero with its sign
-    (``0.0 == -0.0``, but ``x * 0.0`` and ``x * -0.0`` differ)."""
-    return (x, math.copysign(1.0, x)) if x == 0 and x.__class__ is float else x
+    (``0.0 == -0.0``, but ``x * 0.0`` and ``x * -0.0`` differ), and one key for every NaN
+    (else each call with a new NaN object traced again and kept one more graph)."""
+    if x.__class__ is float:
+        if x == 0:
+            return (x, math.copysign(1.0, x))
+        if x != x:
+            return _NAN_KEY
+    return x
 
 
 def _is_number(x) -> bool:
