@@ -155,6 +155,21 @@ def test_static_argnums_and_retracing():
         jf(x, [2], "double")
 
 
+@pytest.mark.parametrize("what", ["static_argnums", "donate"])
+def test_a_position_the_function_has_no_parameter_for_raises(what):
+    def f(x, y, mode="a"):
+        return x
+
+    for bad in (3, -4):
+        with pytest.raises(ValueError, match=rf"{what}={bad} names no argument: f takes 3 .*\(x, y, mode\)"):
+            ember.jit(f, **{what: bad})
+    for good in (0, 2, -1, -3):  # (a parameter with a default counts: a call may pass it)
+        ember.jit(f, **{what: good})
+    ember.jit(lambda *args: args[0], **{what: 7})  # (*args: any position may come)
+    with pytest.raises(ValueError, match="names no argument"):
+        ember.jit(**{what: 1})(lambda x: x)
+
+
 def test_python_scalars_in_arguments_are_static():
     xp = ns("numpy")
     jf = ember.jit(lambda p: p["x"] * p["scale"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 import warnings
 from typing import Any, Callable, Sequence
@@ -61,6 +62,32 @@ MAX_GUARDED = 8
 #: Retraces caused only by changed Python numbers before RetraceWarning.
 RETRACE_WARN_AFTER = 4
 BAD_ARGNUMS = "jit: {what} must be an int or a sequence of ints (argument positions), got {v!r}"
+
+
+BAD_POSITION = (
+    "jit({name}): {what}={i} names no argument: {name} takes {n} positional argument(s) "
+    "({params}). Name a position from 0 to {last} (or -1 for the last)"
+)
+
+
+def _check_positions(f, nums: tuple, what: str) -> None:
+    """Raise for a position in ``nums`` that ``f``'s signature has no positional parameter
+    for (a typo that would otherwise go unnoticed: nothing donated, nothing static). A
+    function taking ``*args``, or whose signature cannot be read, is not checked."""
+    if not nums:
+        return
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    n = len(names)
+    for i in nums:
+        if not -n <= i < n:
+            raise ValueError(BAD_POSITION.format(name=getattr(f, "__name__", "f"), what=what, i=i, n=n,
+                                                 params=", ".join(names) or "none", last=max(n - 1, 0)))
 
 
 def _argnums(v, what) -> tuple:
@@ -106,7 +133,10 @@ def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     """
     if f is None:
         return lambda g: jit(g, static_argnums=static_argnums, donate=donate, persist=persist, fuse=fuse)
-    return Jitted(f, _argnums(static_argnums, "static_argnums"), _argnums(donate, "donate"), persist, fuse)
+    static, donated = _argnums(static_argnums, "static_argnums"), _argnums(donate, "donate")
+    _check_positions(f, static, "static_argnums")
+    _check_positions(f, donated, "donate")
+    return Jitted(f, static, donated, persist, fuse)
 
 
 class _Static:

@@ -12,7 +12,7 @@
   BLAS ``gemm`` writing into that array, where the backend has one;
 - :func:`~ember.func._jit_fusion.fuse_elementwise` (``fuse=True``): trees of
   small elementwise ops become one call of the backend's fuser;
-- :func:`contiguous_operands`: a stacked product of small matrices whose right
+- :func:`contiguous_operands` (``fuse=True``): a stacked product of small matrices whose right
   operand is a transposed view (attention's ``q @ k^T``) gets that operand as a
   C-contiguous copy, where the backend's functions are NumPy's;
 - :func:`plan_buffers`: an elementwise op whose input dies at that op writes
@@ -462,7 +462,7 @@ def run_passes(g: Graph, donated: set, fuse: bool = True) -> None:
     if fuse:
         fuse_matmul_updates(g, lambda g: _Buffers(g, donated))
         fuse_elementwise(g)
-    contiguous_operands(g)
+        contiguous_operands(g)
     plan_buffers(g, donated)
 
 
