@@ -222,6 +222,33 @@ def test_consume_of_a_structure_consumes_its_tensors():
         consume({"a": np.ones(3), "b": 1.0})
 
 
+def test_a_tensor_at_several_leaves_is_consumed_once():
+    # tied weights: the first leaf hands the buffer over, the others keep reading it (as
+    # jit's donate does); the op given the marker then allocates
+    def address(a):
+        return a.raw.__array_interface__["data"][0]
+
+    alone = xp.ones(3) * 2.0
+    at = address(alone)
+    assert address(xp.sin(consume({"w": alone})["w"])) == at  # (one leaf: written in place)
+    t = xp.ones(3) * 2.0
+    at = address(t)
+    out = consume({"enc": t, "dec": [t], "other": xp.ones(2) * 3.0})
+    leaves = (out["enc"], out["dec"][0])
+    assert sorted(type(v).__name__ for v in leaves) == ["Owned", "Tensor"]
+    assert type(out["other"]) is own.Owned
+    marker, share = leaves if type(leaves[0]) is own.Owned else leaves[::-1]
+    r = xp.sin(marker)
+    assert address(r) != at
+    np.testing.assert_array_equal(share.raw, [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(r.raw, np.sin([2.0, 2.0, 2.0]))
+    with pytest.raises(ConsumedError):
+        t + 1.0
+    m = consume(xp.ones(2) * 1.0)  # a marker at two leaves is still handed over once only
+    with pytest.raises(ConsumedError, match="already consumed"):
+        consume([m, m])
+
+
 def test_strict_failure_at_consume_leaves_x_alive():
     x = xp.asarray(np.ones(3))  # borrowed
     with pytest.raises(ReuseError, match="borrowed"):

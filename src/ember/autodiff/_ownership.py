@@ -318,7 +318,10 @@ def consume(x, strict: bool = False, *, _depth: int = 1):
     A structure (dict, list, tuple, dataclass module...) is consumed leaf by
     leaf: its Tensors become markers, other leaves stay as they are. That is
     how an optimizer receives gradients it may write the new parameters into:
-    ``opt.update(params, ember.consume(grads), state)``.
+    ``opt.update(params, ember.consume(grads), state)``. A Tensor at several
+    leaves (tied weights) is consumed once: its first leaf becomes the marker and
+    the others shares of it, so no op writes into the buffer they still read
+    (as ``jit``'s ``donate`` treats it).
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> y = xp.ones(3) * 2.0
@@ -332,7 +335,18 @@ def consume(x, strict: bool = False, *, _depth: int = 1):
     if not any(isinstance(a, Tensor) for a in leaves):
         raise TypeError(NOT_A_TENSOR.format(op="consume", kind=type(x).__module__.split(".")[0] + "." + type(x).__name__))
     where = _where(_depth)  # a structure: its Tensors, consumed at this one line
-    return td.unflatten([_consume(a, strict, where) if isinstance(a, Tensor) else a for a in leaves])
+    first = {}  # id -> position of a Tensor's first leaf
+    shares = {}  # positions of later leaves of a Tensor seen before -> its share
+    for i, a in enumerate(leaves):
+        if isinstance(a, Tensor):
+            if id(a) in first:
+                check_alive(a, "consume")  # (its CONSUMED_TWICE error below, else a share)
+                if a.__class__ is not Owned:
+                    shares[i] = a.share()
+            else:
+                first[id(a)] = i
+    return td.unflatten([shares[i] if i in shares else _consume(a, strict, where) if isinstance(a, Tensor) else a
+                         for i, a in enumerate(leaves)])
 
 
 def _consume(x, strict, where):
