@@ -273,6 +273,29 @@ def test_borrowed_array_is_never_written():
     assert x2.raw.tolist() == [9.0, 2.0, 2.0, 2.0] and v.raw.tolist() == [3.0, 3.0]
 
 
+@pytest.mark.parametrize("source", ["borrowed", "own"])
+@pytest.mark.parametrize("write", ["setitem", "iadd"])
+def test_a_broadcast_view_refuses_writes_whoever_owns_the_memory(source, write):
+    # a borrowed array's view was copied and written (copy-on-write), one of ember's own
+    # raised: both raise now, as NumPy's read-only broadcast views do
+    from ember import ReadOnlyError
+
+    a = np.ones(3)
+    x = xp.asarray(a) if source == "borrowed" else xp.ones(3) * 1.0
+    v = xp.broadcast_to(x, (2, 3))
+    with pytest.raises(ReadOnlyError, match="read-only"):
+        if write == "setitem":
+            v[0, 0] = 5.0
+        else:
+            v += 1.0
+    assert v.raw.tolist() == [[1.0] * 3] * 2 and x.raw.tolist() == [1.0] * 3 and a.tolist() == [1.0] * 3
+    r = np.ones(3)
+    r.flags.writeable = False  # (a read-only array passed in is still copied on write)
+    t = xp.asarray(r)
+    t[0] = 5.0
+    assert t.raw.tolist() == [5.0, 1.0, 1.0] and r.tolist() == [1.0] * 3
+
+
 def test_owned_writes_are_visible_through_views_like_numpy():
     x = fresh()
     v = x[1:3]

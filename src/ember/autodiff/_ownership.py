@@ -639,6 +639,8 @@ def guard_write(t, op: str) -> None:
         if not live_traces:
             return
     if is_borrowed(r):
+        if _read_only_broadcast(r):  # (the write raises ReadOnlyError, as on ember's own arrays)
+            return
         reason = "the buffer is borrowed from an array passed in without a copy"
         fix = "create the tensor with xp.asarray(a, copy=True)"
     else:
@@ -650,6 +652,16 @@ def guard_write(t, op: str) -> None:
         fix = "write into a clone, or let the vjp function go before writing"
     _report_copy(op, r, reason, fix)
     t._value = t._ns._dispatch.xp.asarray(r, copy=True)
+
+
+def _read_only_broadcast(r) -> bool:
+    """Whether ``r`` is a read-only view repeating memory (a zero stride along an axis of
+    several elements: ``broadcast_to``'s): a write into it is refused whoever owns the
+    memory, so it gets no copy that would let it through."""
+    flags = getattr(r, "flags", None)
+    if flags is None or flags.writeable:
+        return False
+    return any(st == 0 and n > 1 for st, n in zip(r.strides, r.shape))
 
 
 def _static_reason(d, x):
