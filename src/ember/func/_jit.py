@@ -122,7 +122,8 @@ def jit(f: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     calls, bitwise equal to eager. It also runs a matrix product that a dying array
     accumulates (an SGD step's ``w - lr * (x.T @ g)``) as one BLAS ``gemm`` into that
     array where the backend has one (``ember.backend.gemm``), rounding once where the
-    separate calls round twice.
+    separate calls round twice, and on NumPy a stacked product of small matrices reads a
+    C-contiguous copy of a transposed right operand (BLAS's other kernel).
 
     >>> import ember, ember.autodiff.numpy as xp
     >>> f = ember.jit(lambda x: xp.sum(xp.sin(x) ** 2))

@@ -16,4 +16,5 @@ from .shapes import meshgrid, shapes_fit
 
 __all__ = ["GELU_C", "GELU_K", "LINEAR_RELU_COMPLEX", "LINEAR_SHAPES", "check_linear",
            "erf_series", "gelu_tanh_t", "gelu_tanh_u", "in_place", "layer_norm", "leading_rows",
-           "max_last", "max_pool_tiles", "mean_last", "meshgrid", "relu", "shapes_fit", "sum_last", "sum_leading", "tile_views"]
+           "max_last", "max_pool_tiles", "mean_last", "meshgrid", "relu", "shapes_fit", "sum_last",
+           "sum_leading", "tile_views"]

@@ -158,7 +158,6 @@ def reduce_leading(ns, x, lead: int):
     return sum_leading(ns, x, lead)
 
 
-
 def _select_kernel(R):
     """``select`` on backend arrays: the product where a finite sum shows it exact (every
     term finite, see ``select_summed``) or, the sum having overflowed, ``g`` is all finite;
