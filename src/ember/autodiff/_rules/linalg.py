@@ -213,8 +213,8 @@ def _qr(ns, g, ans, args, params, parents):
         raise NotDifferentiableError(QR_COMPLETE.format(shape=tuple(x.shape)))
     if m >= n:
         return [_qr_tall(ns, Q, R, gQ, gR)]
-    # wide: A = [X | Y], X = Q R1 (square), Y = Q R2
-    R1, R2 = R[..., :, :m], R[..., :, m:]
+    # wide: A = [X | Y], X = Q R1 (square), Y = Q R2 (R2 itself is not needed)
+    R1 = R[..., :, :m]
     gR1, gR2 = gR[..., :, :m], gR[..., :, m:]
     Y = x[..., :, m:]
     gQ2 = gQ + ns.matmul(Y, ns.matrix_transpose(gR2))
