@@ -943,3 +943,21 @@ def test_other_products_keep_their_operands(case):
         return a @ (b if case == "not transposed" else xp.matrix_transpose(b))
 
     assert "_contiguous(" not in str(ember.jit(f).lower(a, b))
+
+
+def test_a_bias_gradient_over_many_rows_equals_eager_bitwise_whatever_the_layout():
+    # from kernels.reductions.LEADING_ROWS rows on, the sum over the leading axes is a product
+    # with ones where the array is C-contiguous: staged as one op that decides on each call
+    xp = ns("numpy")
+    rng = np.random.default_rng(0)
+    b = xp.asarray(rng.standard_normal(8))
+
+    def loss(b, x):
+        return xp.sum(xp.sin(x + b) * x)
+
+    g = ember.jit(ember.grad(loss))
+    for x in (rng.standard_normal((300, 8)), np.asfortranarray(rng.standard_normal((300, 8))),
+              rng.standard_normal((4, 200, 8))[:, ::2]):
+        xt = xp.asarray(x)
+        same(g(b, xt), ember.grad(loss)(b, xt))
+    assert "_reduce_leading" in str(g.lower(b, xp.asarray(rng.standard_normal((300, 8)))))
