@@ -961,3 +961,38 @@ def test_a_bias_gradient_over_many_rows_equals_eager_bitwise_whatever_the_layout
         xt = xp.asarray(x)
         same(g(b, xt), ember.grad(loss)(b, xt))
     assert "_reduce_leading" in str(g.lower(b, xp.asarray(rng.standard_normal((300, 8)))))
+
+
+def test_a_broadcast_read_only_by_elementwise_ops_is_absorbed_by_them():
+    # the gradient of a sum with keepdims, times the array summed: the product broadcasts
+    xp = ns("numpy")
+    x = xp.asarray(np.random.default_rng(0).standard_normal((6, 5)))
+
+    def f(x):
+        return xp.sum(xp.log(xp.sum(xp.exp(x), axis=1, keepdims=True)))
+
+    g = ember.jit(ember.grad(f))
+    assert "broadcast_to" not in str(g.lower(x))
+    same(g(x), ember.grad(f)(x))
+
+    def kept(x):  # an output, and a reader that is not elementwise: the broadcast stays
+        b = xp.broadcast_to(xp.sum(x, axis=1, keepdims=True), (6, 5))
+        return b, b @ xp.ones((5, 2), dtype=x.dtype), b * x
+
+    k = ember.jit(kept)
+    assert str(k.lower(x)).count("broadcast_to(") == 1
+    same(k(x), kept(x))
+
+
+@given(data=st.data())
+@settings(**SETTINGS)
+def test_two_broadcasts_meeting_in_one_op_both_stay(data):
+    # meshgrid's operands: each the other's broadcast shape; dropping both would shrink it
+    xp = ns("numpy")
+    a, b, c = (xp.asarray(data.draw(arrays(hnp.array_shapes(max_dims=1, min_side=0, max_side=3)))) for _ in range(3))
+
+    def pulled(a, b, c):
+        out, vjp_fn = ember.vjp(lambda a, b, c: (lambda u, v, w: u * v + w)(*xp.meshgrid(a, b, c)), a, b, c)
+        return out, vjp_fn(xp.ones_like(out))
+
+    same(ember.jit(pulled)(a, b, c), pulled(a, b, c))

@@ -6,6 +6,8 @@
   ones) and divisions by one are dropped;
 - :func:`eliminate_common`: two calls of one function on the same inputs and
   parameters become one (backend functions are pure);
+- :func:`absorb_broadcasts`: a ``broadcast_to`` read only by elementwise ops whose
+  other operand has the broadcast shape is dropped (the ops broadcast themselves);
 - :func:`eliminate_dead`: ops no output depends on are dropped;
 - :func:`~ember.func._jit_gemm.fuse_matmul_updates` (``fuse=True``): a matrix
   product that a dying array accumulates (``w - lr * (x.T @ g)``) becomes one
@@ -35,7 +37,8 @@ from ..autodiff._staging import Graph, Op, Ref, _collect
 from ._jit_fusion import FUSED, fuse_elementwise
 from ._jit_gemm import GEMM, fuse_matmul_updates
 
-__all__ = ["fold_constants", "simplify", "eliminate_common", "eliminate_dead", "contiguous_operands",
+__all__ = ["fold_constants", "simplify", "eliminate_common", "absorb_broadcasts", "eliminate_dead",
+           "contiguous_operands",
            "plan_buffers", "run_passes", "separate_outputs"]
 
 #: ops whose result is a new buffer (never a view of an input) besides the ufuncs and the
@@ -207,6 +210,56 @@ def eliminate_common(g: Graph) -> None:
             return True
         seen[k] = op
         return False
+
+    _rewrite(g, replaced)
+
+
+#: elementwise functions of two arrays whose result's shape and values are the same whether
+#: an operand is broadcast first or by the function itself
+_BROADCASTING = frozenset("""
+    add subtract multiply divide pow maximum minimum atan2 hypot copysign floor_divide
+    remainder logaddexp equal not_equal less less_equal greater greater_equal
+    logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor
+""".split())
+
+
+def absorb_broadcasts(g: Graph) -> None:
+    """Drop ``b = broadcast_to(x, shape)`` where every reader of ``b`` is one of
+    :data:`_BROADCASTING` taking ``b`` once, beside an operand of ``shape`` itself (not
+    another broadcast, which could be dropped too: ``meshgrid``'s operands): the
+    reader then gets ``x`` and broadcasts it (the gradient of a sum with ``keepdims``
+    times the array summed), one call and one view fewer. Not for an output."""
+    outs: list = []
+    _collect(g.outputs, outs)
+    outs = set(outs)
+    readers: dict = {}
+    broadcasts = set()  # (an operand that is a broadcast too keeps both: they make the shape)
+    for op in g.ops:
+        for r in op.refs():
+            readers.setdefault(r, []).append(op)
+        if op.name == "broadcast_to":
+            broadcasts.update(op.outs)
+
+    def absorbed(b, shape) -> bool:
+        for op in readers.get(b, ()):
+            if op.name not in _BROADCASTING or op.params or op.multi or len(op.args) != 2:
+                return False
+            slots = [a.slot if a.__class__ is Ref else None for a in op.args]
+            if slots.count(b) != 1:
+                return False
+            other = slots[1] if slots[0] == b else slots[0]
+            if other is None or other in broadcasts or tuple(getattr(g.values[other], "shape", ())) != shape:
+                return False
+        return True
+
+    def replaced(op, m):
+        if op.name != "broadcast_to" or op.multi or not op.args or op.args[0].__class__ is not Ref:
+            return False
+        b = op.outs[0]
+        if b in outs or not absorbed(b, tuple(g.values[b].shape)):
+            return False
+        m[b] = op.args[0]
+        return True
 
     _rewrite(g, replaced)
 
@@ -458,6 +511,7 @@ def run_passes(g: Graph, donated: set, fuse: bool = True) -> None:
     fold_constants(g)
     simplify(g)
     eliminate_common(g)
+    absorb_broadcasts(g)
     eliminate_dead(g)
     if fuse:
         fuse_matmul_updates(g, lambda g: _Buffers(g, donated))
