@@ -443,6 +443,20 @@ def test_gelu_tanh_is_one_node_equal_to_its_composition():
     assert [n.rule.name for n in tr.nodes if n.rule is not None] == ["_gelu_tanh"]
 
 
+@pytest.mark.parametrize("dtype,big", [("float32", [1e6, 2e13, 1e15, 1e18]), ("float64", [1e50, 2e103, 1e150])])
+def test_gelu_tanh_gradient_far_out_is_one_or_zero(dtype, big):
+    # 1 - t^2 is 0 there: the derivative is 1 (x > 0) or 0 (x < 0) until x^2 overflows, eagerly
+    # and under jit
+    x = xp.asarray(np.array(big + [-v for v in big]), dtype=getattr(xp, dtype))
+    want = [1.0] * len(big) + [0.0] * len(big)
+
+    def f(v):
+        return xp.sum(nn.gelu(v, approximate=True))
+
+    for d in (ember.grad(f), ember.jit(ember.grad(f))):
+        np.testing.assert_array_equal(d(x).raw, want)
+
+
 @pytest.mark.parametrize("shape,norm", [((3, 4, 5), (5,)), ((2, 3, 4), (3, 4)), ((0, 6), (6,))])
 def test_layer_norm_is_one_node_equal_to_its_composition(shape, norm):
     """On an ember namespace LayerNorm is one primitive: the composition's values (raw NumPy

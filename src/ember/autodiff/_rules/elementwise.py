@@ -317,25 +317,27 @@ _GELU_A, _GELU_B = 0.5 * GELU_C, 1.5 * GELU_C * GELU_K
 
 def gelu_tanh_vjp(ns, g, ans, x, t=None):
     # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2), t = tanh(u), written as
-    # (1 + t) (0.5 + (1 - t) p) with p = x (A + B x^2): ten passes instead of twelve, and
-    # no 1 - t^2 that cancels where |t| is near 1. t: the forward's where jit kept it (a
-    # residual), else recomputed (one ufunc)
+    # (x ((1 - t) (1 + t))) (A + B x^2) + 0.5 (1 + t): eleven passes instead of twelve, no
+    # 1 - t^2 that cancels where |t| is near 1, and (1 - t^2) x first, so that a large |x|
+    # (where 1 - t^2 is 0) overflows only once x^2 does. t: the forward's where jit kept it
+    # (a residual), else recomputed (one ufunc)
     x2 = x * x
     kept = t is not None  # (then never written: a second backward pass reads it again)
     if not kept:
         t = gelu_tanh_t(ns, x, x2)
     if g.dtype != x.dtype or kept or not in_place(ns, x):
-        return g * ((1.0 + t) * (0.5 + (1.0 - t) * (x * (_GELU_A + _GELU_B * x2))))
+        s = 1.0 + t  # (in this order, jit's buffer planning writes into t, x and s as they die)
+        return g * ((x * ((1.0 - t) * s)) * (_GELU_A + _GELU_B * x2) + 0.5 * s)
     # the same operations, in place (x2 and t are this function's own)
-    p = x2
-    p *= _GELU_B
-    p += _GELU_A
-    p *= x
     d = 1.0 - t
-    d *= p
-    d += 0.5
     t += 1.0
     d *= t
+    d *= x
+    x2 *= _GELU_B
+    x2 += _GELU_A
+    d *= x2
+    t *= 0.5
+    d += t
     d *= g
     return d
 
