@@ -135,6 +135,18 @@ def test_nan_arguments_find_their_graph(static):
     assert f.trace_count == (3 if static else 2)
 
 
+def test_signed_zeros_and_nans_are_keyed_by_sign_also_inside_static_tuples():
+    x = xp.asarray([1.0, -2.0])
+    j = ember.jit(lambda x, s: xp.copysign(x, s[0]) * s[1], static_argnums=1)
+    for s in [(0.0, 1.0), (-0.0, 1.0), (math.nan, 2.0), (-math.nan, 2.0), (float("nan"), 2.0)]:
+        want = xp.copysign(x, s[0]) * s[1]
+        np.testing.assert_array_equal(np.signbit(raw(j(x, s))), np.signbit(raw(want)))
+    assert j.trace_count == 4
+    k = ember.jit(lambda x, a: xp.copysign(x, a))
+    for a in [math.nan, -math.nan, math.nan]:
+        np.testing.assert_array_equal(np.signbit(raw(k(x, a))), [math.copysign(1, a) < 0] * 2)
+
+
 def test_numbers_come_back_as_python_numbers():
     jf = ember.jit(lambda x, state: (x * 2.0, {"step": state["step"] + 1, "t": state["t"] / 2}))
     x = xp.asarray([1.0])

@@ -149,20 +149,30 @@ class _Static:
 _STATIC = _Static()
 
 
-#: the key of every float NaN (no NaN equals another, so as itself it would match no key)
-_NAN_KEY = ("nan",)
-
-
 def _number_key(x):
     """A Python number as a key of the graphs traced for it: a float zero with its sign
-    (``0.0 == -0.0``, but ``x * 0.0`` and ``x * -0.0`` differ), and one key for every NaN
-    (else each call with a new NaN object traced again and kept one more graph)."""
+    (``0.0 == -0.0``, but ``x * 0.0`` and ``x * -0.0`` differ), and a NaN by its sign alone
+    (no NaN equals another, so as itself it matched no key: each call traced again and
+    kept one more graph; ``copysign`` reads the sign)."""
     if x.__class__ is float:
         if x == 0:
             return (x, math.copysign(1.0, x))
         if x != x:
-            return _NAN_KEY
+            return ("nan", math.copysign(1.0, x))
     return x
+
+
+def _static_key(v):
+    """A static argument as a cache key: its numbers keyed as :func:`_number_key` keys them,
+    inside tuples too (``(0.0,)`` and ``(-0.0,)`` differ; ``(nan,)`` finds its graph)."""
+    c = v.__class__
+    if c is float:
+        return _number_key(v)
+    if c is complex:
+        return (c, _number_key(v.real), _number_key(v.imag))
+    if isinstance(v, tuple):
+        return (c, tuple(_static_key(e) for e in v))
+    return v
 
 
 def _is_number(x) -> bool:
@@ -264,7 +274,7 @@ class Jitted:
                 hash(v)
             except TypeError:
                 raise TypeError(UNHASHABLE_STATIC.format(name=self._name, i=i, kind=type(v).__name__)) from None
-            skey.append((i, v.__class__, _number_key(v) if v.__class__ is float else v))
+            skey.append((i, v.__class__, _static_key(v)))
             dyn[i] = _STATIC
         tree = (tuple(dyn), kwargs)
         last = self._last_def  # (treedef, whether two calls in a row had it)
