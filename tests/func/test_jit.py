@@ -996,3 +996,18 @@ def test_two_broadcasts_meeting_in_one_op_both_stay(data):
         return out, vjp_fn(xp.ones_like(out))
 
     same(ember.jit(pulled)(a, b, c), pulled(a, b, c))
+
+
+def test_buffer_planning_never_writes_into_a_transposed_broadcast():
+    # a permuted view of a broadcast_to view repeats memory and is read-only: the multiply
+    # allocates (it raised "output array is read-only")
+    xp = ns("numpy")
+    rng = np.random.default_rng(0)
+    a, w = xp.asarray(rng.standard_normal((4, 3, 5))), xp.asarray(rng.standard_normal((1, 3, 5)))
+
+    def f(a, w):
+        t = xp.permute_dims(xp.permute_dims(a, (0, 2, 1)) * 0.5, (0, 2, 1))
+        return xp.sum(xp.sum(t, axis=0, keepdims=True) * xp.exp(w))
+
+    for fuse in (True, False):
+        same(ember.jit(ember.grad(f), fuse=fuse)(a, w), ember.grad(f)(a, w))

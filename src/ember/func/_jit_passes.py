@@ -414,8 +414,9 @@ def plan_buffers(g: Graph, donated: set) -> None:
     """Set ``op.out_into`` where an elementwise op may write into a dying input's buffer.
 
     A slot's buffer may be written when the slot is a fresh result (a ufunc's,
-    a matmul's or a reduction's: never a view), a donated input, or a view of
-    one of those (a transposed gradient), no other live value may alias that
+    a matmul's or a reduction's: never a view), a donated input, or a writable view of
+    all of one of those (a transposed gradient; not a transposed broadcast, read off the
+    staging values), no other live value may alias that
     buffer (views made from it are alive no longer than it), it is not an
     output, the op reads it through no other view, and the slot has the
     result's shape and dtype. Of several such arguments the first is written, except in
@@ -476,6 +477,14 @@ def _prefer_recent(g: Graph, writes: dict, made_at: list) -> None:
             op.out_into = max(cands, key=lambda sb: made_at[sb[0]])[0]
 
 
+def _whole_view(v, base) -> bool:
+    """Whether staging value ``v``, a view of ``base``'s buffer, was writable and covered that
+    buffer once (a transpose of it, not a transpose of its broadcast, which repeats memory
+    and is read-only)."""
+    flags = getattr(v, "flags", None)
+    return flags is not None and flags.writeable and v.size == getattr(base, "size", -1)
+
+
 def _writable(g: Graph, op: Op, i: int, bufs: _Buffers, taken: set, donated: set):
     """The ``(slot, buffer)`` pairs of ``op``'s arguments whose buffer its result may go into."""
     roots, fresh, last, made_by = bufs.roots, bufs.fresh, bufs.last, bufs.made_by
@@ -502,6 +511,8 @@ def _writable(g: Graph, op: Op, i: int, bufs: _Buffers, taken: set, donated: set
             # NumPy's ufuncs buffer such an overlap, a fused call or BLAS is not relied on to)
         v = g.values[s]
         if v.shape != ov.shape or v.dtype != ov.dtype or len(v.shape) == 0:
+            continue
+        if b != s and not _whole_view(v, g.values[b]):
             continue
         yield s, b
 
