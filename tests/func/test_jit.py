@@ -1011,3 +1011,24 @@ def test_buffer_planning_never_writes_into_a_transposed_broadcast():
 
     for fuse in (True, False):
         same(ember.jit(ember.grad(f), fuse=fuse)(a, w), ember.grad(f)(a, w))
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_mixed_memory_layouts_give_eagers_bits(fuse):
+    # an in-place result keeps its buffer's layout; eager's new array may have another, and a
+    # reduction's order (NumPy's pairwise sum, the product with ones) follows the layout
+    xp = ns("numpy")
+    rng = np.random.default_rng(0)
+    x, w = xp.asarray(np.asfortranarray(rng.standard_normal((439, 4)))), xp.asarray(rng.standard_normal((439, 4)))
+    b = xp.asarray(rng.standard_normal(4))
+
+    def f(x, w, b):
+        return xp.sum(xp.sin(x + b) * w)
+
+    same(ember.jit(ember.grad(f, argnums=(0, 2)), fuse=fuse)(x, w, b), ember.grad(f, argnums=(0, 2))(x, w, b))
+
+    def rows(x, y):
+        return xp.sum(xp.exp(x) * y, axis=1)
+
+    a, c = xp.asarray(np.asfortranarray(rng.standard_normal((2, 49)))), xp.asarray(rng.standard_normal((2, 49)))
+    same(ember.jit(rows, fuse=fuse)(a, c), rows(a, c))

@@ -415,8 +415,10 @@ def plan_buffers(g: Graph, donated: set) -> None:
 
     A slot's buffer may be written when the slot is a fresh result (a ufunc's,
     a matmul's or a reduction's: never a view), a donated input, or a writable view of
-    all of one of those (a transposed gradient; not a transposed broadcast, read off the
-    staging values), no other live value may alias that
+    all of one of those (a transposed gradient; not a transposed broadcast: read off the
+    staging values); its staging value had the memory layout of the op's result as eager
+    made it (a later reduction's order follows the layout; not asked of a fused call or a
+    gemm, which promise no eager bits); no other live value may alias that
     buffer (views made from it are alive no longer than it), it is not an
     output, the op reads it through no other view, and the slot has the
     result's shape and dtype. Of several such arguments the first is written, except in
@@ -514,6 +516,9 @@ def _writable(g: Graph, op: Op, i: int, bufs: _Buffers, taken: set, donated: set
             continue
         if b != s and not _whole_view(v, g.values[b]):
             continue
+        if not (fused or op.name == GEMM) and getattr(v, "strides", None) != getattr(ov, "strides", None):
+            continue  # (eager's result had another memory layout, which later reductions read;
+            # a fused call or a gemm promises no eager bits, and a gemm keeps its weight's)
         yield s, b
 
 
