@@ -215,6 +215,13 @@ def test_dask_training_loop_with_persist_runs(tmp_path):
 
 _SLOW_EXAMPLES = {"out_of_core_logistic.py"}  # starts a Dask cluster: > 20 s on 2 loaded cores
 
+#: a worker's heartbeat racing the scheduler's close when a LocalCluster stops: Dask logs it
+#: with a traceback although nothing failed (dask/distributed#7105, open); only that record
+#: is set aside, any other traceback of an example still fails the test
+_HEARTBEAT_RACE = re.compile(
+    r"^.*distributed\.worker - \w+ - Failed to communicate with scheduler during heartbeat\.\n"
+    r"(?:(?!\d{4}-\d\d-\d\d ).*(?:\n|$))*", re.M)
+
 
 @pytest.mark.parametrize("script", [
     pytest.param(p.name, marks=pytest.mark.slow) if p.name in _SLOW_EXAMPLES else p.name
@@ -226,4 +233,15 @@ def test_example_runs_quick(script, tmp_path):
     p = subprocess.run([sys.executable, str(EXAMPLES / script), "--quick"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
-    assert "Traceback" not in p.stderr
+    assert "Traceback" not in _HEARTBEAT_RACE.sub("", p.stderr), p.stderr[-4000:]
+
+
+def test_only_dasks_heartbeat_race_is_set_aside():
+    race = ("2026-12-05 01:02:03,456 - distributed.worker - ERROR - Failed to communicate with scheduler "
+            "during heartbeat.\nTraceback (most recent call last):\n  File \"tcp.py\", line 226, in read\n"
+            "distributed.comm.core.CommClosedError: in <TCP (closed)>: Stream is closed\n")
+    other = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom\n"
+    assert "Traceback" not in _HEARTBEAT_RACE.sub("", race)
+    assert "Traceback" not in _HEARTBEAT_RACE.sub("", race + "2026-12-05 01:02:04,000 - distributed - INFO - ok\n")
+    assert "ValueError" in _HEARTBEAT_RACE.sub("", race + "2026-12-05 01:02:04,000 - x - INFO - next\n" + other)
+    assert "Traceback" in _HEARTBEAT_RACE.sub("", other)
