@@ -147,6 +147,34 @@ def test_signed_zeros_and_nans_are_keyed_by_sign_also_inside_static_tuples():
         np.testing.assert_array_equal(np.signbit(raw(k(x, a))), [math.copysign(1, a) < 0] * 2)
 
 
+def test_a_number_pinned_by_its_value_keeps_its_zeros_sign_and_its_nan():
+    # a function given a traced number (copysign) guards the value the graph was made for;
+    # 0.0 == -0.0 let -0.0 replay the 0.0 graph, and nan == nan never held
+    x = xp.asarray([1.0, -2.0])
+    j = ember.jit(lambda x, a: xp.copysign(x, a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ember.RetraceWarning)  # (one graph per value: its point)
+        for a in [1.0, 2.0, 0.0, -0.0, -0.0, 0.0, math.nan, math.nan, -math.nan, -math.nan]:
+            np.testing.assert_array_equal(raw(j(x, a)), raw(xp.copysign(x, a)))
+    assert j.trace_count == 6  # (1.0; traced from 2.0 on, one graph each for 0.0, -0.0, nan, -nan)
+
+
+def test_a_repeated_untraced_zero_or_nan_takes_the_generated_check(monkeypatch):
+    from ember.func import _jit
+
+    calls = []
+    general = _jit.Jitted._signature
+    monkeypatch.setattr(_jit.Jitted, "_signature", lambda self, *a: calls.append(1) or general(self, *a))
+    x = xp.asarray([1.0, -2.0])
+    for a in (math.nan, -0.0, 0.0, 2.5):
+        calls.clear()
+        j = ember.jit(lambda x, a: xp.copysign(x, a) * 2)
+        for _ in range(6):
+            got = j(x, a)
+        np.testing.assert_array_equal(raw(got), raw(xp.copysign(x, a) * 2))
+        assert len(calls) == 2 and j.trace_count == 1  # (the first two calls: then generated code)
+
+
 def test_numbers_come_back_as_python_numbers():
     jf = ember.jit(lambda x, state: (x * 2.0, {"step": state["step"] + 1, "t": state["t"] / 2}))
     x = xp.asarray([1.0])

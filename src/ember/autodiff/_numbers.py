@@ -55,7 +55,7 @@ class TracedNumber:
         """This call's value; the graph keeps a guard that the value stays the same."""
         if self._trace.active and not self._pinned:
             self._pinned = True
-            eq = self._trace.host(operator.eq, (self, self._v), "==")
+            eq = self._trace.host(_same_value, (self, self._v), "same")
             self._trace.guard(eq, True)
         return self._v
 
@@ -96,6 +96,20 @@ class TracedNumber:
     def __round__(self, ndigits: Any = None) -> Any:
         args = (self,) if ndigits is None else (self, ndigits)
         return _apply(round, args, "round")
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether a later call's number ``a`` is value ``b`` a graph was specialized to: ``==``,
+    except that a float zero's sign counts (``0.0 == -0.0``, but ``copysign`` tells them
+    apart) and a NaN is the same as a NaN of its sign (no NaN equals another)."""
+    if a.__class__ is complex or b.__class__ is complex:
+        a, b = complex(a), complex(b)
+        return _same_value(a.real, b.real) and _same_value(a.imag, b.imag)
+    if a != a or b != b:  # (NaN)
+        return a != a and b != b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if a == 0 and b == 0 and (a.__class__ is float or b.__class__ is float):
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
+    return a == b
 
 
 def values_of(args: tuple) -> list:

@@ -331,7 +331,7 @@ class Jitted:
         if last is not None and last[1] and last[0] is treedef and not self._static:
             if c.take is False:  # (a structure that repeats: worth generating the check)
                 c.take = taker(leaves, c.in_idx, c.num_idx, c.check, c.donated, c.written, donate, _where,
-                               functools.partial(_hand_over, c), f"jit({self._name})")
+                               functools.partial(_hand_over, c), f"jit({self._name})", _number_key)
             if c.take is not None:
                 self._entry = (treedef, c)
         return c.run(self._values(leaves, c))

@@ -13,8 +13,6 @@ which runs the host steps the guards need and says whether they all hold.
 
 from __future__ import annotations
 
-import math
-
 from ..autodiff import Tensor
 from ..autodiff._ownership import Dead, Owned
 from ..autodiff._staging import Graph, Ref, _collect
@@ -181,11 +179,12 @@ def wrapper(out_kinds: list, out_disp: list, out_def):
 
 
 def taker(leaves: list, in_idx: list, traced: list, check, donated, written, donate, where, hand_over,
-          op: str):
+          op: str, number_key):
     """``_take(l)``: the graph's inputs for a call's leaves ``l`` (as ``Jitted._values`` gives
     them, donated leaves consumed), or None, consuming nothing, where the leaves do not have
     the classes, shapes and dtypes of ``leaves`` (untraced Python numbers: the same values) or
-    the traced numbers (positions ``traced``) fail the guards ``check``. Straight-line code:
+    the traced numbers (positions ``traced``) fail the guards ``check``; an untraced float
+    zero or NaN is compared by ``number_key``, the signature's key. Straight-line code:
     the checks first, then the donations (``donate(x, op, where(2))`` per donated Tensor, once
     for one given twice), then ``hand_over(vals, [(input, handle), ...])`` for the donated
     inputs the graph writes into. None where a leaf is of a kind only the general path
@@ -198,11 +197,12 @@ def taker(leaves: list, in_idx: list, traced: list, check, donated, written, don
         if c is int or c is float:
             cond = f"x{j}.__class__ is not {c.__name__}"
             if j not in traced:
-                env[f"N{j}"] = x
-                cond += f" or x{j} != N{j}"
-                if c is float and x == 0:  # (0.0 == -0.0: the sign is part of the signature)
-                    env["_copysign"] = math.copysign
-                    cond += f" or _copysign(1.0, x{j}) != {math.copysign(1.0, x)}"
+                if c is float and (x == 0 or x != x):  # (0.0 == -0.0, nan != nan: the key decides)
+                    env["_key"], env[f"N{j}"] = number_key, number_key(x)
+                    cond += f" or _key(x{j}) != N{j}"
+                else:
+                    env[f"N{j}"] = x
+                    cond += f" or x{j} != N{j}"
             lines.append(f"    if {cond}: return None")
             continue
         v = f"x{j}"
