@@ -80,9 +80,9 @@ def _row_reduction(name: str, ufunc, lib):
     """``max`` / ``min``: ``ufunc.reduce``, except along the last axis of a C-contiguous array
     of several rows, where ``ufunc.reduceat`` over the flat array takes each row.
 
-    Why: NumPy's reduce pays a fixed cost per row, about 50 ns, most of the time of a row
-    of 64 (the attention scores' softmax); ``reduceat`` pays about half, and wins from
-    rows of one element to rows of thousands (``benchmarks/reductions.py``). The values are
+    Why: NumPy's reduce pays a fixed cost per row, most of the time of a row of 64 (the
+    attention scores' softmax); ``reduceat`` pays less of it, from rows of one element to
+    rows of thousands (``benchmarks/reductions.py``, ``scores-max-rows``). The values are
     the same: a maximum or minimum is exact whichever order takes it.
     """
     reduce, reduceat, ndarray = ufunc.reduce, ufunc.reduceat, lib.ndarray

@@ -38,8 +38,7 @@ from ._jit_fusion import FUSED, fuse_elementwise
 from ._jit_gemm import GEMM, fuse_matmul_updates
 
 __all__ = ["fold_constants", "simplify", "eliminate_common", "absorb_broadcasts", "eliminate_dead",
-           "contiguous_operands",
-           "plan_buffers", "run_passes", "separate_outputs"]
+           "contiguous_operands", "plan_buffers", "run_passes", "separate_outputs"]
 
 #: ops whose result is a new buffer (never a view of an input) besides the ufuncs and the
 #: primitives declared ``fresh``
@@ -370,8 +369,8 @@ class _Buffers:
 #: the sizes (m * k * n of each matrix) where a stacked product runs faster on a C-contiguous
 #: copy of a transposed right operand than on the view (``benchmarks/gemm_layout.py``,
 #: ``stacked_nt``): NumPy calls BLAS once per matrix, and OpenBLAS's kernel for a transposed
-#: operand is 1.2-1.7x slower on small ones (attention's 64 x 32 x 64); larger products
-#: amortize it and smaller ones do not pay for the copy
+#: operand is slower on small ones (attention's 64 x 32 x 64); larger products amortize it
+#: and smaller ones do not pay for the copy
 STACKED_NT = (1 << 15, 1 << 19)
 CONTIGUOUS = "_contiguous"
 
@@ -492,6 +491,7 @@ def _writable(g: Graph, op: Op, i: int, bufs: _Buffers, taken: set, donated: set
     roots, fresh, last, made_by = bufs.roots, bufs.fresh, bufs.last, bufs.made_by
     ov = g.values[op.outs[0]]
     fused = op.name == FUSED
+    own_kernel = fused or op.name == GEMM  # (not a ufunc: its own rules, no eager bits promised)
     for a in op.args:
         if a.__class__ is not Ref:
             continue
@@ -507,7 +507,7 @@ def _writable(g: Graph, op: Op, i: int, bufs: _Buffers, taken: set, donated: set
             continue
         if not fresh[b] or last[b] != i or b in taken or (fused and b not in donated):
             continue  # (a fused call's keywords cost more than a small new buffer)
-        if (b != s or fused or op.name == GEMM) and ((b != s and made_by[s] not in _WRITABLE_VIEWS) or any(
+        if (b != s or own_kernel) and ((b != s and made_by[s] not in _WRITABLE_VIEWS) or any(
                 o is not a and o.__class__ is Ref and b in (roots[o.slot] or ()) for o in op.args)):
             continue  # (not a whole-buffer view, or the op reads that buffer through another:
             # NumPy's ufuncs buffer such an overlap, a fused call or BLAS is not relied on to)
@@ -516,9 +516,9 @@ def _writable(g: Graph, op: Op, i: int, bufs: _Buffers, taken: set, donated: set
             continue
         if b != s and not _whole_view(v, g.values[b]):
             continue
-        if not (fused or op.name == GEMM) and getattr(v, "strides", None) != getattr(ov, "strides", None):
+        if not own_kernel and getattr(v, "strides", None) != getattr(ov, "strides", None):
             continue  # (eager's result had another memory layout, which later reductions read;
-            # a fused call or a gemm promises no eager bits, and a gemm keeps its weight's)
+            # a gemm keeps its weight's)
         yield s, b
 
 

@@ -17,9 +17,8 @@ inf and NaN propagate as in ``sum`` and ``max``.
 
 The sum over leading axes (a broadcast bias's gradient, :func:`sum_leading`) is
 a product too, of a vector of ones with the array's rows, from :data:`LEADING_ROWS`
-rows on: NumPy adds the rows into the result one at a time, two to four times
-slower than that product for a transformer's 1024 rows of 128 or 512 (and 30
-times for 100,000 rows of 3).
+rows on: NumPy adds the rows into the result one at a time, slower than that
+product the more rows there are (``benchmarks/reductions.py``, ``bias-product``).
 """
 
 from __future__ import annotations
