@@ -24,6 +24,7 @@ import ember
 import ember.nn as nn
 from ember.autodiff import fused
 from ember.autodiff._rules._util import _select_kernel, run_time_kernel
+from ember.autodiff._rules.elementwise import _neg_logistic_kernel
 from _gradcheck import (
     BACKENDS,
     arrays,
@@ -198,6 +199,9 @@ case("minimum", _tie_free(), lambda xp, x, y: xp.minimum(x, y))
 case("_relu (nn.relu)", args_of(_grid(shapes(), 0.1)), lambda xp, x: fused.relu(x))  # off the kink at 0
 case("_erf (nn.erf)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: fused.erf(x))  # series and tail
 case("_gelu_tanh (nn.gelu, tanh form)", args_of(arrays(shapes(), -6.0, 6.0)), lambda xp, x: fused.gelu_tanh(x))
+case("_neg_logistic (gelu's factor)", args_of(arrays(shapes(), -30.0, 30.0)),
+     lambda xp, x: xp._dispatch.call("_neg_logistic",
+                                     run_time_kernel(xp._dispatch, "_neg_logistic", _neg_logistic_kernel), (x,), {}))
 case("_softmax (nn.softmax)", args_of(arrays(shapes(min_dims=1, min_side=1))), lambda xp, x: fused.softmax(x, axis=-1))
 case("_log_softmax (nn.log_softmax)", args_of(arrays(shapes(min_dims=2, min_side=1))),
      lambda xp, x: fused.log_softmax(x, axis=0))

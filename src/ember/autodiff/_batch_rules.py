@@ -123,7 +123,7 @@ def elementwise(c, vals, batched, params):
 
 
 register(UNARY + BINARY, elementwise)
-register(sorted(ELEMENTWISE - set(UNARY + BINARY)) + ["_relu", "_erf", "_gelu_tanh", "_to_device"],
+register(sorted(ELEMENTWISE - set(UNARY + BINARY)) + ["_relu", "_erf", "_gelu_tanh", "_neg_logistic", "_to_device"],
          elementwise)
 
 

@@ -266,7 +266,22 @@ def direct_functions(lib: Any) -> dict:
         return asarray(chosen[0](x))  # an array also for 0-d input (the ufunc gives a scalar)
 
     out["_erf_kernel"] = erf_kernel
+    if hasattr(lib, "errstate"):
+        out["_exp_quiet"] = exp_quiet(lib, lib.exp)
     return out
+
+
+def exp_quiet(lib, exp):
+    """``exp`` called without ``lib``'s overflow warning (``errstate``), for
+    ``kernels.exp_saturating``: where a kernel takes ``1 / (1 + exp(w))``, an overflow to
+    ``inf`` is the intended result (exactly 0), not an error to report."""
+    errstate = lib.errstate
+
+    def exp_quiet(x):
+        with errstate(over="ignore"):
+            return exp(x)
+
+    return exp_quiet
 
 
 def _erf_ufunc_or_series(lib):

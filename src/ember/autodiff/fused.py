@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernels import check_linear, erf_series, gelu_tanh_t, in_place, layer_norm as _layer_norm
+from ..kernels import check_linear, erf_series, in_place, layer_norm as _layer_norm
 from ..kernels import max_pool_tiles as _max_pool_tiles
 from ..kernels import max_last, relu as _relu, sum_last
 from ._primitive import Primitive
@@ -51,36 +51,30 @@ erf = Primitive(_erf_forward, name="_erf", elementwise=True, fresh=True)
 erf.defvjp(_ew.erf_vjp)
 
 
-def _gelu_tanh(xp, x, keep_t):
-    """``(0.5 x (1 + t), t)``, ``t = tanh(u)``; in place where :func:`in_place`, into ``t``'s
-    buffer unless ``keep_t``."""
-    t = gelu_tanh_t(xp, x, x * x, spend_x2=True)
-    if not in_place(xp, x):
-        return (0.5 * x) * (1.0 + t), t
-    if keep_t:
-        y = t + 1.0
-    else:
-        y = t
-        y += 1.0
-    y *= x  # ((1 + t) x) / 2: equal to (x / 2)(1 + t) outside the subnormal range
-    y *= 0.5
-    return y, t
+def _gelu_tanh(xp, x, keep_s):
+    """``(x s, s)``, ``s = (1 + tanh(u)) / 2`` (``_ew.gelu_tanh_s``); in place where
+    :func:`in_place`, into ``s``'s buffer unless ``keep_s``."""
+    s = _ew.gelu_tanh_s(xp, x, x * x, spend_x2=True)
+    if keep_s or not in_place(xp, x):
+        return x * s, s
+    s *= x
+    return s, None
 
 
 def _gelu_tanh_forward(xp, x):
     return _gelu_tanh(xp, x, False)[0]
 
 
-def _gelu_tanh_and_t(xp, x):
-    y, t = _gelu_tanh(xp, x, True)
-    return y, {"t": t}
+def _gelu_tanh_and_s(xp, x):
+    y, s = _gelu_tanh(xp, x, True)
+    return y, {"s": s}
 
 
 gelu_tanh = Primitive(_gelu_tanh_forward, name="_gelu_tanh", elementwise=True, fresh=True)
-"""GELU's tanh form ``0.5 x (1 + tanh(u))`` as one node instead of eight. Under ``jit(grad)``
-its op also yields ``tanh(u)`` for the VJP; an eager tape keeps only ``x`` (the VJP recomputes
-the ``tanh``: one input-sized array less per layer)."""
-gelu_tanh.defvjp(_ew.gelu_tanh_vjp).defresiduals(_gelu_tanh_and_t, jit_only=True)
+"""GELU's tanh form ``0.5 x (1 + tanh(u))`` as one node instead of nine. Under ``jit(grad)``
+its op also yields ``s = (1 + tanh(u)) / 2`` for the VJP; an eager tape keeps only ``x`` (the
+VJP recomputes ``s``: one input-sized array less per layer)."""
+gelu_tanh.defvjp(_ew.gelu_tanh_vjp).defresiduals(_gelu_tanh_and_s, jit_only=True)
 
 
 # ----- softmax and the cross-entropy -----------------------------------------------------------

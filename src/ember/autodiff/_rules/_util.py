@@ -109,7 +109,7 @@ _KERNELS: dict = {}  # (dispatcher, name) -> a backend function made by run_time
 #: ``_fused``); each result is a new buffer (jit's buffer planning may write into it), and no
 #: primitive takes one of these names as its key
 RUN_TIME_KERNELS = frozenset({"_select", "_select_summed", "_ties", "_reduce_last", "_reduce_leading",
-                              "_fused"})
+                              "_neg_logistic", "_fused"})
 
 
 def run_time_kernel(d, name: str, make):

@@ -36,7 +36,7 @@ from __future__ import annotations
 import cmath
 import math
 
-from ...kernels import GELU_C, GELU_K, gelu_tanh_t, in_place, max_last
+from ...kernels import GELU_C, GELU_K, gelu_tanh_w, in_place, max_last, neg_logistic
 from ._base import RULES, defvjp
 from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, run_time_kernel, select
 from ._util import reduce_last, staged_only
@@ -311,33 +311,49 @@ def erf_vjp(ns, g, ans, x):
     return g * (2.0 / math.sqrt(math.pi)) * ns.exp(-(x * x))
 
 
-#: d gelu / dx = 0.5 (1 + t) + (1 - t^2) p, p = x (A + B x^2): the coefficients of p
-_GELU_A, _GELU_B = 0.5 * GELU_C, 1.5 * GELU_C * GELU_K
+def _neg_logistic_kernel(R):
+    return lambda w: neg_logistic(R, w)
 
 
-def gelu_tanh_vjp(ns, g, ans, x, t=None):
-    # d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2), t = tanh(u), written as
-    # (x ((1 - t) (1 + t))) (A + B x^2) + 0.5 (1 + t): eleven passes instead of twelve, no
-    # 1 - t^2 that cancels where |t| is near 1, and (1 - t^2) x first, so that a large |x|
-    # (where 1 - t^2 is 0) overflows only once x^2 does. t: the forward's where jit kept it
-    # (a residual), else recomputed (one ufunc)
+def gelu_tanh_s(ns, x, x2, spend_x2: bool = False):
+    """``s = (1 + tanh(u)) / 2``, GELU's tanh form's factor (GELU is ``x s``), as
+    ``neg_logistic(-2u)`` (``kernels.gelu_tanh_w``). On ember's namespace (a rule run on
+    Tensors: higher orders, checkpointing) the logistic is one op ``_neg_logistic`` with
+    the derivative ``s (s - 1)``: through ``exp``'s own rule, far out, it would be
+    ``0 * inf``, NaN. The same kernel computes its value, so the same bits."""
+    w = gelu_tanh_w(ns, x, x2, spend_x2)
+    d = getattr(ns, "_dispatch", None)
+    if d is None:
+        return neg_logistic(ns, w)
+    return d.call("_neg_logistic", run_time_kernel(d, "_neg_logistic", _neg_logistic_kernel), (w,), {})
+
+
+defvjp("_neg_logistic", lambda ns, g, ans, w: g * (ans * (ans - 1.0)))
+
+
+#: d gelu / dx = s + (x (s (1 - s))) (A + B x^2), s = (1 + tanh(u)) / 2: the coefficients
+_GELU_A, _GELU_B = 2.0 * GELU_C, 6.0 * GELU_C * GELU_K
+
+
+def gelu_tanh_vjp(ns, g, ans, x, s=None):
+    # GELU = x s, s = sigmoid(2u), u = c (x + k x^3): d/dx = s + 2 x s (1 - s) u', written as
+    # s + (x (s (1 - s))) (A + B x^2): nine passes, and (s (1 - s)) x first, so that a large
+    # |x| (where s (1 - s) is 0) overflows only once x^2 does. s: the forward's where jit kept
+    # it (a residual), else recomputed
     x2 = x * x
-    kept = t is not None  # (then never written: a second backward pass reads it again)
+    kept = s is not None  # (then never written: a second backward pass reads it again)
     if not kept:
-        t = gelu_tanh_t(ns, x, x2)
+        s = gelu_tanh_s(ns, x, x2)
     if g.dtype != x.dtype or kept or not in_place(ns, x):
-        s = 1.0 + t  # (in this order, jit's buffer planning writes into t, x and s as they die)
-        return g * ((x * ((1.0 - t) * s)) * (_GELU_A + _GELU_B * x2) + 0.5 * s)
-    # the same operations, in place (x2 and t are this function's own)
-    d = 1.0 - t
-    t += 1.0
-    d *= t
+        return g * ((x * (s * (1.0 - s))) * (_GELU_A + _GELU_B * x2) + s)
+    # the same operations, in place (x2 and s are this function's own)
+    d = 1.0 - s
+    d *= s
     d *= x
     x2 *= _GELU_B
     x2 += _GELU_A
     d *= x2
-    t *= 0.5
-    d += t
+    d += s
     d *= g
     return d
 
