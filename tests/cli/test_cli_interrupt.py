@@ -12,6 +12,12 @@ from _cli_run import ember, popen_ember
 from ember.io import load as load_file
 
 
+#: what ``ember train`` ends with after Ctrl-C: exit status 130, or, rarely (about one CI run in
+#: fifteen, not reproduced in 25 local runs), death by SIGINT itself at the interpreter's
+#: shutdown after the message; a shell reports either as status 130
+_CTRL_C_EXIT = (130, -signal.SIGINT)
+
+
 def _wait_for(paths, proc, timeout=120.0):
     t0 = time.monotonic()
     while not all(p.exists() for p in paths):
@@ -30,7 +36,7 @@ def test_ctrl_c_keeps_the_last_epoch_and_prints_the_resume_command(tmp_path):
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130, (stdout, stderr)
+    assert proc.returncode in _CTRL_C_EXIT, (proc.returncode, stdout, stderr)
     assert "Traceback" not in stderr + stdout
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("ember: aborted: the checkpoint of epoch "), stderr
@@ -67,7 +73,7 @@ def test_ctrl_c_before_the_first_epoch_says_nothing_was_saved(tmp_path):
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert proc.returncode in _CTRL_C_EXIT and "Traceback" not in stderr, (proc.returncode, stderr)
     assert not (out / "checkpoint.safetensors").exists()  # a full epoch takes seconds
     assert [ln for ln in stderr.splitlines() if ln.strip()] == [
         "ember: aborted: no epoch had finished, so nothing was saved"]
