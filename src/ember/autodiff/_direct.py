@@ -266,22 +266,26 @@ def direct_functions(lib: Any) -> dict:
         return asarray(chosen[0](x))  # an array also for 0-d input (the ufunc gives a scalar)
 
     out["_erf_kernel"] = erf_kernel
-    if hasattr(lib, "errstate"):
-        out["_exp_quiet"] = exp_quiet(lib, lib.exp)
+    out["_neg_logistic"] = _neg_logistic(lib)
     return out
 
 
-def exp_quiet(lib, exp):
-    """``exp`` called without ``lib``'s overflow warning (``errstate``), for
-    ``kernels.exp_saturating``: where a kernel takes ``1 / (1 + exp(w))``, an overflow to
-    ``inf`` is the intended result (exactly 0), not an error to report."""
-    errstate = lib.errstate
+def _neg_logistic(lib):
+    """``kernels.neg_logistic``'s ``1 / (1 + exp(w))``: ``exp`` without NumPy's overflow
+    warning (an overflow to inf is the intended result there: the quotient is exactly 0), and
+    the quotient by ``divide`` into ``exp``'s new array (NumPy's ``reciprocal`` is not
+    vectorized: about 1.7x ``divide``'s time)."""
+    exp, add, divide, errstate = lib.exp, lib.add, lib.divide, lib.errstate
 
-    def exp_quiet(x):
+    def neg_logistic(w):
         with errstate(over="ignore"):
-            return exp(x)
+            e = exp(w)
+        if e.__class__ is not lib.ndarray:  # (0-d: a scalar, as the ufunc returns it)
+            return 1.0 / (e + 1.0)
+        add(e, 1.0, out=e)
+        return divide(1.0, e, out=e)
 
-    return exp_quiet
+    return neg_logistic
 
 
 def _erf_ufunc_or_series(lib):

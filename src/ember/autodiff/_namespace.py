@@ -28,7 +28,7 @@ from . import _api_tables as api
 from .._errors import ConsumedError
 from ._ownership import Owned, as_operand, claim, fail_claims, run_owned, same_twice
 from ..kernels import shapes_fit
-from ._direct import direct_functions, exp_quiet
+from ._direct import direct_functions
 from ._numbers import TracedNumber
 from ._op_errors import GENERAL as _GENERAL
 from ._op_errors import op_error
@@ -217,8 +217,6 @@ class _Dispatcher:
         mod._under = _under_plain(T)
         self.raw_ns._under = None
         self._build_functions()
-        if "_exp_quiet" in self.fixes:  # (the same for rules run on Tensors: higher orders)
-            mod._exp_quiet = exp_quiet(lib, mod.exp)
         self._build_tensor_methods()
         self._build_constants()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["relu", "GELU_C", "GELU_K", "gelu_tanh_w", "neg_logistic", "exp_saturating", "in_place"]
+__all__ = ["relu", "GELU_C", "GELU_K", "gelu_tanh_w", "neg_logistic", "in_place"]
 
 
 def relu(ns, x):
@@ -41,14 +41,6 @@ def in_place(ns, x) -> bool:
     return dt == ns.float32 or dt == ns.float64 or ns.isdtype(dt, "real floating")
 
 
-def exp_saturating(ns, w):
-    """``exp(w)`` where overflowing to ``inf`` is intended (the caller takes ``1 / (1 + inf)``,
-    exactly 0): through the namespace's ``_exp_quiet`` where it has one (NumPy's ``exp``
-    without its overflow warning), else its ``exp``."""
-    quiet = getattr(ns, "_exp_quiet", None)
-    return ns.exp(w) if quiet is None else quiet(w)
-
-
 def gelu_tanh_w(ns, x, x2, spend_x2: bool = False):
     """``w = -2u = x (-2c - 2ck x^2)``, given ``x2 = x * x``: the tanh form's factor
     ``(1 + tanh(u)) / 2`` is :func:`neg_logistic` of it (GELU is ``x`` times that).
@@ -70,12 +62,16 @@ def gelu_tanh_w(ns, x, x2, spend_x2: bool = False):
 
 
 def neg_logistic(ns, w):
-    """``1 / (1 + exp(w))``, the logistic function of ``-w``; far out, ``exp`` overflows to
-    ``inf`` and the result is exactly 0 (:func:`exp_saturating`). In place where
+    """``1 / (1 + exp(w))``, the logistic function of ``-w``. Far out ``exp`` overflows to
+    ``inf`` on purpose: the result is then exactly 0. A namespace may bring its own kernel
+    (``ns._neg_logistic``: NumPy's, without the overflow warning); else in place where
     :func:`in_place` (into ``exp``'s new array)."""
-    e = exp_saturating(ns, w)
+    own = getattr(ns, "_neg_logistic", None)
+    if own is not None:
+        return own(w)
+    e = ns.exp(w)
     if not in_place(ns, w):
         return 1.0 / (e + 1.0)
     e += 1.0
-    e **= -1  # (NumPy: its reciprocal, the same correctly rounded quotient as 1 / e)
+    e **= -1
     return e
