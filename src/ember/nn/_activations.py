@@ -54,7 +54,9 @@ def gelu(x: Any, approximate: bool = False) -> Any:
     ``GELU(approximate="tanh")``. The standard has no erf, so ember computes
     it from a Chebyshev series (absolute error ~1e-16 in float64). erf and the
     whole tanh form are one primitive each (``ember.autodiff.fused.erf``,
-    ``.gelu_tanh``) with their exact derivatives.
+    ``.gelu_tanh``) with their exact derivatives. The tanh form is computed as
+    ``x / (1 + exp(-2u))``, the same function without ``1 + tanh(u)``'s
+    cancellation for negative ``x``.
     """
     if approximate:
         return _fused.gelu_tanh(x)
