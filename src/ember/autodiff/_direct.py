@@ -271,14 +271,14 @@ def direct_functions(lib: Any) -> dict:
 
 
 def _neg_logistic(lib):
-    """``kernels.neg_logistic``'s ``1 / (1 + exp(w))``: ``exp`` without NumPy's overflow
-    warning (an overflow to inf is the intended result there: the quotient is exactly 0), and
-    the quotient by ``divide`` into ``exp``'s new array (NumPy's ``reciprocal`` is not
-    vectorized: about 1.7x ``divide``'s time)."""
+    """``kernels.neg_logistic``'s ``1 / (1 + exp(w))``: ``exp`` without NumPy's overflow and
+    underflow warnings (inf and 0 are the intended results there: the quotient is exactly 0
+    or 1), and the quotient by ``divide`` into ``exp``'s new array (NumPy's ``reciprocal``
+    is not vectorized: about 1.7x ``divide``'s time)."""
     exp, add, divide, errstate = lib.exp, lib.add, lib.divide, lib.errstate
 
     def neg_logistic(w):
-        with errstate(over="ignore"):
+        with errstate(over="ignore", under="ignore"):
             e = exp(w)
         if e.__class__ is not lib.ndarray:  # (0-d: a scalar, as the ufunc returns it)
             return 1.0 / (e + 1.0)

@@ -63,13 +63,19 @@ def gelu_tanh_w(ns, x, x2, spend_x2: bool = False):
 
 def neg_logistic(ns, w):
     """``1 / (1 + exp(w))``, the logistic function of ``-w``. Far out ``exp`` overflows to
-    ``inf`` on purpose: the result is then exactly 0. A namespace may bring its own kernel
-    (``ns._neg_logistic``: NumPy's, without the overflow warning); else in place where
+    ``inf`` (or underflows to 0) on purpose: the result is then exactly 0 (or 1), so a
+    namespace with NumPy's ``errstate`` computes it without that warning. A namespace may
+    bring its own kernel (``ns._neg_logistic``: ember's NumPy one); else in place where
     :func:`in_place` (into ``exp``'s new array)."""
     own = getattr(ns, "_neg_logistic", None)
     if own is not None:
         return own(w)
-    e = ns.exp(w)
+    errstate = getattr(ns, "errstate", None)
+    if errstate is None:
+        e = ns.exp(w)
+    else:
+        with errstate(over="ignore", under="ignore"):
+            e = ns.exp(w)
     if not in_place(ns, w):
         return 1.0 / (e + 1.0)
     e += 1.0
