@@ -12,9 +12,9 @@ from _cli_run import ember, popen_ember
 from ember.io import load as load_file
 
 
-#: what ``ember train`` ends with after Ctrl-C: exit status 130, or, rarely (about one CI run in
-#: fifteen, not reproduced in 25 local runs), death by SIGINT itself at the interpreter's
-#: shutdown after the message; a shell reports either as status 130
+#: what ``ember train`` ends with after Ctrl-C: exit status 130, or, rarely, death by SIGINT
+#: itself at the interpreter's shutdown after the message (cause not found); a shell reports
+#: either as status 130
 _CTRL_C_EXIT = (130, -signal.SIGINT)
 
 

@@ -15,6 +15,6 @@ from .reductions import leading_rows, max_last, mean_last, sum_last, sum_leading
 from .shapes import meshgrid, shapes_fit
 
 __all__ = ["GELU_C", "GELU_K", "LINEAR_RELU_COMPLEX", "LINEAR_SHAPES", "check_linear",
-           "erf_series", "gelu_tanh_w", "in_place", "layer_norm", "leading_rows",
-           "max_last", "max_pool_tiles", "mean_last", "meshgrid", "neg_logistic", "relu", "shapes_fit", "sum_last",
-           "sum_leading", "tile_views"]
+           "erf_series", "gelu_tanh_w", "in_place", "layer_norm", "leading_rows", "max_last",
+           "max_pool_tiles", "mean_last", "meshgrid", "neg_logistic", "relu", "shapes_fit",
+           "sum_last", "sum_leading", "tile_views"]
