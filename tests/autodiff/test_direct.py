@@ -191,3 +191,89 @@ def test_astype_matches_compat(copy):
 def test_mask_product_is_the_cast_product(g, c):
     with np.errstate(all="ignore"):
         _same(DIRECT["_mask_product"](g, c), g * c.astype(g.dtype))
+
+
+def _bits(r):
+    """The bytes of ``r`` in C order (NaN payloads and signed zeros compared exactly)."""
+    return np.ascontiguousarray(r).view(np.uint8)
+
+
+def _same_bits(r, want):
+    assert r.dtype == want.dtype and r.shape == want.shape and r.strides == want.strides
+    np.testing.assert_array_equal(_bits(r), _bits(want))
+
+
+_SPECIAL = [-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 5e-324, 1e-45, 3.4e38, 1e300]
+_SCALARS = [0.0, -0.0, 0, 1, -3, 0.5, 1e-45, 3.5e38, 1e300, 2**24, 2**24 + 1, 2**60, np.nan, np.inf,
+            -np.inf, True, np.float32(1.5)]
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+@given(dtype=st.sampled_from([np.float32, np.float64, np.float16, np.int32]),
+       size=st.sampled_from([0, 1, 1023, 1024, 5000, (1 << 16) + 3]),
+       scalar=st.sampled_from(_SCALARS), first=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=80, deadline=None)
+def test_extremum_with_a_scalar_is_the_ufuncs_bit_for_bit(name, dtype, size, scalar, first, seed):
+    # the kept filled operand (and the chunks of a large array) against the ufunc with the scalar:
+    # signed zeros, NaN payloads, a scalar the dtype cannot hold, integers exact or not
+    ufunc, f = getattr(np, name), DIRECT[name]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        x = np.random.default_rng(seed).choice(np.array(_SPECIAL), size).astype(dtype)
+        x = x.reshape(-1, 7) if size % 7 == 0 and size else x
+        args = (x, scalar) if first else (scalar, x)
+        _both(lambda: f(*args), lambda: ufunc(*args))
+        try:
+            want = ufunc(*args)
+        except Exception:
+            return
+        _same_bits(f(*args), want)
+        for a in (f(*args), f(*args)):  # (again: the kept operand is read, never written)
+            _same_bits(a, want)
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+@pytest.mark.parametrize("size", [4096, 3 * (1 << 16) + 8])
+@pytest.mark.parametrize("out", ["none", "input", "other", "F", "float64"])
+def test_extremum_takes_any_layout_and_out(name, layout, size, out):
+    ufunc, f = getattr(np, name), DIRECT[name]
+    base = np.random.default_rng(1).standard_normal(2 * size).astype(np.float32)
+    base[::17] = -0.0
+    x = {"C": base[:size].reshape(-1, 8), "F": np.asfortranarray(base[:size].reshape(-1, 8)),
+         "strided": base[::2].reshape(-1, 8)}[layout]
+    want = ufunc(x, 0.0)
+    o = {"none": None, "input": x.copy(), "other": np.empty_like(want),
+         "F": np.asfortranarray(np.empty_like(want)), "float64": np.empty(want.shape, np.float64)}[out]
+    a = x if out != "input" else o
+    r = f(a, 0.0, out=o)
+    if o is not None:
+        assert r is o
+        want = ufunc(x, 0.0, out=np.empty_like(o))
+    _same_bits(r, want)
+
+
+def test_extremum_runs_the_ufunc_once_against_an_array():
+    # the point of it: NumPy takes maximum(x, 0.0) element by element; against a filled array
+    # it runs its vectorized loop (benchmarks/reductions.py, relu)
+    from ember.autodiff import _direct
+
+    calls = []
+
+    class Spy:
+        def __call__(self, a, b, out=None):
+            calls.append((np.ndim(a), np.ndim(b)))
+            return np.maximum(a, b, out=out)
+
+    f = _direct._extremum("maximum", Spy(), np)
+    x = np.ones((64, 64), np.float32)
+    f(x, 0.0)
+    f(0.0, x)
+    f(np.ones(3, np.float32), 0.0)  # (small, float64, a view: the scalar as it is)
+    f(np.ones((64, 64)), 0.0)
+    f(x.T, 0.0)
+    assert calls == [(2, 2), (2, 2), (1, 0), (2, 0), (2, 0)]
+    big = np.ones(2 * _direct._FILL + 1, np.float32)
+    calls.clear()
+    _same(f(big, -1.0), np.ones_like(big))
+    assert calls == [(1, 1)] * 3

@@ -502,6 +502,20 @@ def test_buffer_planning_writes_into_a_dying_transpose_never_into_a_read_only_vi
     assert "[in place of" not in str(jh.lower(a)).split("multiply")[1].split("\n")[0]
 
 
+def test_a_scalar_maximum_writes_in_place_through_its_own_kernel():
+    # on NumPy, maximum(x, 0.0) runs against a kept array of zeros (autodiff/_direct.py's
+    # _extremum: NumPy's loop with a scalar is not vectorized); written into a dying buffer,
+    # it keeps that kernel and passes it out=, not the ufunc itself
+    xp = ns("numpy")
+    f = ember.jit(lambda x: xp.maximum(x * 2.0, 0.0) + 1.0)
+    x = xp.asarray(np.linspace(-1, 1, 5000))
+    same(f(x), xp.maximum(x * 2.0, 0.0) + 1.0)
+    low = f.lower(x)
+    assert re.search(r"maximum\(v\d+, 0\.0\)  \[in place of", str(low))
+    called = {v for v in low._c.fn.__globals__.values() if callable(v)}
+    assert xp._dispatch.fixes["maximum"] in called and np.maximum not in called
+
+
 def _sum_exp_with_residuals(name, jit_only=False):
     """``sum(exp(x))`` as a primitive whose forward keeps ``exp(x)`` as a residual, and the
     list of whether each VJP call got it."""

@@ -23,6 +23,7 @@ matrix_transpose    ``x.mT`` (NumPy >= 2)
 permute_dims        ``numpy.transpose``
 broadcast_to        a zero-stride view of a contiguous array
 astype              the ``ndarray.astype`` method
+maximum, minimum    the ufunc; float32 beside a Python scalar, against a kept array of it
 ``_mask_product``   ``numpy.multiply`` of a cotangent by a bool mask
 ``_linear``         ``matmul`` (over all rows at once), then bias and ReLU in place
 ``_seed_ones_like`` ``asarray(1, dtype)`` for a 0-d backward seed
@@ -32,6 +33,7 @@ astype              the ``ndarray.astype`` method
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from math import prod
 from typing import Any
@@ -101,6 +103,103 @@ def _row_reduction(name: str, ufunc, lib):
 
     f.__name__ = f.__qualname__ = name
     return f
+
+
+#: elements of the arrays :func:`_extremum` keeps, filled with a scalar: at most this many are
+#: taken per call (256 KB of float32)
+_FILL = 1 << 16
+#: smaller arrays take the ufunc with the scalar: the kept array's lookup costs about what
+#: the element loop does there
+_FILL_MIN = 1 << 10
+#: integers up to this size are exact in float32 (a larger one takes the ufunc's own cast)
+_EXACT_INT = 1 << 24
+#: the (value, shape) keys :func:`_extremum` remembers, at most (then it starts over)
+_FILLS_KEPT = 64
+
+
+def _extremum(name: str, ufunc, lib):
+    """``maximum`` / ``minimum``: with a Python scalar beside a float32 array of at least
+    :data:`_FILL_MIN` elements, the ufunc of that array and a kept array filled with the
+    scalar; anything else, the ufunc itself.
+
+    Why: NumPy has no SIMD loop for a scalar (stride-0) operand of float32 ``maximum`` and
+    ``minimum``: ``maximum(x, 0.0)``, a ReLU, runs element by element, about 3x as long as
+    against an array of zeros (``benchmarks/extremum.py``; float64's loop with a scalar is
+    about as fast as against the array, so it keeps the scalar). The values are the
+    ufunc's: the same comparisons, the operands in the same order, the scalar cast to the
+    array's dtype as NumPy casts a weak scalar (an integer only where that is exact). A
+    filled array of the array's shape is a view of one :data:`_FILL`-element array per
+    value, remembered per shape; a larger array is taken in chunks of that many elements.
+    Only C-contiguous arrays (the result's layout is then the ufunc's). ``out=`` is the
+    ufunc's (the jit's buffer planning writes through it).
+    """
+    ndarray, full, f32 = lib.ndarray, lib.full, lib.dtype(lib.float32)
+    largest = float(lib.finfo(f32).max)
+    chunks: dict = {}  # (value, sign) -> the filled array
+    kept: dict = {}  # (value, type, shape, sign) -> a filled view, _CHUNKED or None (the ufunc)
+
+    def filled(v, shape):
+        """A filled view of ``shape``; :data:`_CHUNKED` for a larger array; None for a value
+        that float32 cannot hold exactly as NumPy casts it."""
+        lim = _EXACT_INT if v.__class__ is int else largest
+        if not -lim <= v <= lim:  # (NaN too)
+            return None
+        key = (v, math.copysign(1.0, v))  # (-0.0 == 0.0: the sign keeps them apart)
+        c = chunks.get(key)
+        if c is None:
+            c = chunks[key] = full(_FILL, v, dtype=f32)
+            c.flags.writeable = False  # shared by every call with this value
+        n = prod(shape)
+        return c[:n].reshape(shape) if n <= _FILL else _CHUNKED
+
+    def f(x1, x2, /, *, out=None):
+        c1, c2 = x1.__class__, x2.__class__
+        if c1 is ndarray and (c2 is float or c2 is int):
+            a, v = x1, x2
+        elif c2 is ndarray and (c1 is float or c1 is int):
+            a, v = x2, x1
+        else:
+            return ufunc(x1, x2, out=out)
+        # (the result's layout is the ufunc's for a C-contiguous array only)
+        if a.dtype is not f32 or a.size < _FILL_MIN or not a.flags.c_contiguous:
+            return ufunc(x1, x2, out=out)
+        key = (v, v.__class__, a.shape, math.copysign(1.0, v))
+        fv = kept.get(key, False)
+        if fv is False:
+            if len(kept) >= _FILLS_KEPT:
+                kept.clear()
+            fv = kept[key] = filled(v, a.shape)
+        if fv is None:
+            return ufunc(x1, x2, out=out)
+        if fv is not _CHUNKED:
+            return ufunc(a, fv, out=out) if a is x1 else ufunc(fv, a, out=out)
+        return _chunked(ufunc, x1, x2, a, chunks[v, math.copysign(1.0, v)], out, lib)
+
+    f.__name__ = f.__qualname__ = name
+    f.plain, f.takes_out = ufunc, True  # (the jit: a fresh ufunc result, and out= through f)
+    return f
+
+
+_CHUNKED = object()
+
+
+def _chunked(ufunc, x1, x2, a, fill, out, lib):
+    """``ufunc(x1, x2, out=out)`` for the larger array ``a`` (one of them), the scalar's
+    filled array ``fill`` taken :data:`_FILL` elements at a time along the flat arrays
+    (``a`` is C-contiguous; ``out`` must be too, else the ufunc with the scalar)."""
+    if out is None:
+        out = lib.empty_like(a)  # (C-contiguous, as ``a`` is)
+    elif out.__class__ is not lib.ndarray or out.shape != a.shape or out.dtype != a.dtype \
+            or not out.flags.c_contiguous:
+        return ufunc(x1, x2, out=out)
+    af, of, n = a.reshape(-1), out.reshape(-1), a.size
+    for i in range(0, n, _FILL):
+        j = min(i + _FILL, n)
+        if a is x1:
+            ufunc(af[i:j], fill[:j - i], out=of[i:j])
+        else:
+            ufunc(fill[:j - i], af[i:j], out=of[i:j])
+    return out
 
 
 def _logical(name: str, reduce):
@@ -191,11 +290,12 @@ def _astype(lib):
     return astype
 
 
-def _linear(lib):
-    """``nn.linear``'s kernel: the bias and the ReLU go into the product's fresh buffer."""
+def _linear(lib, maximum):
+    """``nn.linear``'s kernel: the bias and the ReLU (:func:`_extremum`'s ``maximum``) go into
+    the product's fresh buffer."""
     from ..kernels import check_linear
 
-    matmul, maximum = lib.matmul, lib.maximum
+    matmul = lib.matmul
     complex_dtypes = {lib.dtype(lib.complex64), lib.dtype(lib.complex128)}
     # ReLU's 0 as a Python float where the result is floating: a weak scalar (NEP 50) keeps the
     # dtype, and NumPy takes it about twice as fast as a NumPy scalar (0.7 vs 1.5 us)
@@ -249,7 +349,9 @@ def direct_functions(lib: Any) -> dict:
     out["_mask_product"] = lib.multiply  # g * mask with a bool mask: no cast to g's dtype first
     out["broadcast_to"] = _broadcast_to(lib)
     out["astype"] = _astype(lib)
-    out["_linear"] = _linear(lib)
+    for name in ("maximum", "minimum"):
+        out[name] = _extremum(name, getattr(lib, name), lib)
+    out["_linear"] = _linear(lib, out["maximum"])
     asarray0, ones_like = lib.asarray, lib.ones_like
 
     def seed_ones_like(x):  # the 0-d seed of a gradient: one C call (ones_like is Python)

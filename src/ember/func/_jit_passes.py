@@ -445,7 +445,9 @@ def plan_buffers(g: Graph, donated: set) -> None:
         s, b = cands[0]
         if fused:
             op.params = dict(u.out_params)
-        elif not gemm and op.fn is not u:  # a fix for some dtypes around the ufunc: not this one's
+        elif not gemm and op.fn is not u and not getattr(op.fn, "takes_out", False):
+            # a fix for some dtypes around the ufunc (not this one's: the ufunc writes), unless
+            # the function takes out= itself (a faster kernel around it: direct maximum)
             if g.values[op.outs[0]].dtype in getattr(op.fn, "dtypes", ()):
                 continue
             op.fn = u

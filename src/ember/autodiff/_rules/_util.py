@@ -89,7 +89,7 @@ def select(ns, c, g):
     and ``g`` is all finite the product is used; otherwise ``where``.
     """
     if products_exact(ns, g):
-        return _mask_product(ns, g, c)
+        return mask_product(ns, g, c)
     if _decided_when_run(ns):
         return ns._dispatch.call("_select", run_time_kernel(ns._dispatch, "_select", _select_kernel), (c, g), {})
     return ns.where(c, g, ns.zeros_like(g))
@@ -163,7 +163,7 @@ def _select_kernel(R):
     term finite, see ``select_summed``) or, the sum having overflowed, ``g`` is all finite;
     else ``where``: the choices eager code makes."""
     def k(c, g):
-        p = _mask_product(R, g, c)
+        p = mask_product(R, g, c)
         if math.isfinite(float(R.sum(p))) or bool(R.all(R.isfinite(g))):  # (a sum that overflowed)
             return p
         return R.where(c, g, R.zeros_like(g))
@@ -175,7 +175,7 @@ def _select_summed_kernel(R):
     """``select_summed`` on backend arrays: ``(c, g, axis) -> (p, sum(p, axis))``, the
     product's exactness read off the sum it returns."""
     def k(c, g, axis):
-        p = _mask_product(R, g, c)
+        p = mask_product(R, g, c)
         total = R.sum(p, axis=axis)
         if math.isfinite(float(R.sum(total))) or bool(R.all(R.isfinite(g))):  # (as eagerly)
             return p, total
@@ -234,7 +234,7 @@ def select_summed(ns, c, g, axis):
     return p, ns.sum(p, axis=axis)
 
 
-def _mask_product(ns, g, c):
+def mask_product(ns, g, c):
     """``g * c`` for a bool mask ``c`` (NumPy multiplies by the mask as it is, no cast first)."""
     product = getattr(ns, "_mask_product", None)
     return product(g, c) if product is not None else g * ns.astype(c, g.dtype)

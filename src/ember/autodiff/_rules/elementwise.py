@@ -38,7 +38,7 @@ import math
 
 from ...kernels import GELU_C, GELU_K, gelu_tanh_w, in_place, max_last, neg_logistic
 from ._base import RULES, defvjp
-from ._util import abs_slope, cj, count, expand_reduced, fit, products_exact, run_time_kernel, select
+from ._util import abs_slope, cj, count, expand_reduced, fit, mask_product, products_exact, run_time_kernel, select
 from ._util import reduce_last, staged_only
 
 _LN2 = math.log(2.0)
@@ -132,11 +132,10 @@ def _split_ties(ns, mine, other, g, larger, exact):
     win = (mine > other) if larger else (mine < other)
     tie = mine == other
     if exact:
+        if not bool(ns.any(tie)):
+            return mask_product(ns, g, win)
         dt = g.dtype
-        w = ns.astype(win, dt)
-        if bool(ns.any(tie)):
-            w = w + ns.astype(tie, dt) * 0.5
-        return g * w
+        return g * (ns.astype(win, dt) + ns.astype(tie, dt) * 0.5)
     return ns.where(win, g, ns.where(tie, g * 0.5, ns.zeros_like(g)))
 
 
