@@ -52,6 +52,20 @@ def test_consume_writes_into_the_consumed_buffer_and_gives_the_same_values(op):
     np.testing.assert_allclose(y.raw, expected.raw)
 
 
+def test_a_consumed_float32_maximum_with_a_scalar_writes_through_the_namespace_kernel():
+    # NumPy's float32 maximum with a scalar is not vectorized; the namespace's kernel (against a
+    # kept filled array, autodiff/_direct.py) takes out= itself, so consume writes through it
+    d = xp._dispatch
+    assert own._out_kernel(d, "maximum") is d.fixes["maximum"] and own._out_kernel(d, "add") is np.add
+    values = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
+    values[::7] = -0.0
+    x = fresh(values)
+    p = ptr(x)
+    y = xp.maximum(consume(x), 0.0)
+    assert ptr(y) == p
+    np.testing.assert_array_equal(y.raw.view(np.uint32), np.maximum(values, 0.0).view(np.uint32))
+
+
 def test_a_chain_of_consumes_keeps_one_buffer():
     y = xp.sin(fresh())
     p = ptr(y)

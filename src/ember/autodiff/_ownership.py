@@ -746,6 +746,15 @@ def _ufunc(d, name):
     return f
 
 
+def _out_kernel(d, name):
+    """What writes op ``name``'s result into a buffer (``out=``): the backend's ufunc, or the
+    namespace's faster kernel around it where that takes ``out=`` itself (``takes_out``: NumPy's
+    float32 ``maximum`` with a scalar, see autodiff/_direct.py)."""
+    f = _ufunc(d, name)
+    fix = d.fixes.get(name) if f else None
+    return fix if getattr(fix, "takes_out", False) and getattr(fix, "plain", None) is f else f
+
+
 def _kind(xp, dt):
     """'real', 'complex' or 'other' (integer, bool) for dtype ``dt``; cached."""
     k = _KINDS.get((xp, dt))
@@ -803,7 +812,7 @@ def _plan(d, name, raw, params, r):
                 return "dtype", None
             if xp.broadcast_shapes(*[tuple(a.shape) for a in arrays]) != tuple(r.shape):
                 return "shape", None
-        f = _ufunc(d, name)
+        f = _out_kernel(d, name)
         return (None, lambda: f(*raw, out=r)) if f else ("op", None)
     if name == "where":
         cond, a, b = raw
