@@ -277,3 +277,23 @@ def test_extremum_runs_the_ufunc_once_against_an_array():
     calls.clear()
     _same(f(big, -1.0), np.ones_like(big))
     assert calls == [(1, 1)] * 3
+
+
+def test_extremum_keeps_a_bounded_number_of_filled_arrays():
+    # a new scalar each call (a schedule's floor) must not keep a filled array per value
+    import tracemalloc
+
+    from ember.autodiff import _direct
+
+    f = _direct._extremum("maximum", np.maximum, np)
+    x = np.random.default_rng(2).standard_normal(3 * _direct._FILL).astype(np.float32)
+    tracemalloc.start()
+    try:
+        for k in range(5 * _direct._FILL_VALUES):
+            v = -1.0 + k / 100
+            _same_bits(f(x, v), np.maximum(x, v))
+            _same_bits(f(x[:2000], v), np.maximum(x[:2000], v))
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held <= (_direct._FILL_VALUES + 1) * _direct._FILL * 4, held

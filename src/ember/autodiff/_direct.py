@@ -115,6 +115,8 @@ _FILL_MIN = 1 << 10
 _EXACT_INT = 1 << 24
 #: the (value, shape) keys :func:`_extremum` remembers, at most (then it starts over)
 _FILLS_KEPT = 64
+#: the filled arrays it keeps (one per value), at most: 2 MB
+_FILL_VALUES = 8
 
 
 def _extremum(name: str, ufunc, lib):
@@ -136,21 +138,24 @@ def _extremum(name: str, ufunc, lib):
     ndarray, full, f32 = lib.ndarray, lib.full, lib.dtype(lib.float32)
     largest = float(lib.finfo(f32).max)
     chunks: dict = {}  # (value, sign) -> the filled array
-    kept: dict = {}  # (value, type, shape, sign) -> a filled view, _CHUNKED or None (the ufunc)
+    kept: dict = {}  # (value, type, shape, sign) -> a filled view, (filled array,) or None
 
     def filled(v, shape):
-        """A filled view of ``shape``; :data:`_CHUNKED` for a larger array; None for a value
-        that float32 cannot hold exactly as NumPy casts it."""
+        """A filled view of ``shape``; ``(the filled array,)`` for a larger array, taken in
+        chunks; None for a value that float32 cannot hold exactly as NumPy casts it."""
         lim = _EXACT_INT if v.__class__ is int else largest
         if not -lim <= v <= lim:  # (NaN too)
             return None
         key = (v, math.copysign(1.0, v))  # (-0.0 == 0.0: the sign keeps them apart)
         c = chunks.get(key)
         if c is None:
+            if len(chunks) >= _FILL_VALUES:  # (with the views of them: then none is held)
+                chunks.clear()
+                kept.clear()
             c = chunks[key] = full(_FILL, v, dtype=f32)
             c.flags.writeable = False  # shared by every call with this value
         n = prod(shape)
-        return c[:n].reshape(shape) if n <= _FILL else _CHUNKED
+        return c[:n].reshape(shape) if n <= _FILL else (c,)
 
     def f(x1, x2, /, *, out=None):
         c1, c2 = x1.__class__, x2.__class__
@@ -171,16 +176,13 @@ def _extremum(name: str, ufunc, lib):
             fv = kept[key] = filled(v, a.shape)
         if fv is None:
             return ufunc(x1, x2, out=out)
-        if fv is not _CHUNKED:
-            return ufunc(a, fv, out=out) if a is x1 else ufunc(fv, a, out=out)
-        return _chunked(ufunc, x1, x2, a, chunks[v, math.copysign(1.0, v)], out, lib)
+        if fv.__class__ is tuple:
+            return _chunked(ufunc, x1, x2, a, fv[0], out, lib)
+        return ufunc(a, fv, out=out) if a is x1 else ufunc(fv, a, out=out)
 
     f.__name__ = f.__qualname__ = name
     f.plain, f.takes_out = ufunc, True  # (the jit: a fresh ufunc result, and out= through f)
     return f
-
-
-_CHUNKED = object()
 
 
 def _chunked(ufunc, x1, x2, a, fill, out, lib):

@@ -114,11 +114,11 @@ defvjp("imag", lambda ns, g, ans, x: (
 def _ties(ns, mine, other, g, larger):
     """Cotangent of ``mine`` in maximum (larger=True) / minimum: ties split in half.
 
-    On CPU (``ns._cheap_any``) it is ``g * (win + tie / 2)`` with the masks cast
-    to g's dtype: casts and products stream, where ``where`` on an
+    On CPU (``ns._cheap_any``) it is ``g * win`` (the bool mask as it is, see
+    ``mask_product``), or ``g * (win + tie / 2)`` with the masks cast to g's
+    dtype where a tie exists: products stream, where ``where`` on an
     unpredictable mask (a ReLU's) branches per element and runs 4-15x slower.
-    Ties are rare (a ReLU of a matmul has none), so the tie term is only built
-    when one exists. A cotangent with an inf or NaN (which a zero weight would
+    Ties are rare (a ReLU of a matmul has none). A cotangent with an inf or NaN (which a zero weight would
     turn into NaN) takes the exact selection, which other backends use always.
     """
     if staged_only(ns, mine, other, g):  # (jit: one op, deciding on each call's values)
