@@ -22,6 +22,7 @@ import dataclasses
 import os
 import shlex
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -366,16 +367,24 @@ class TrainInterrupted(KeyboardInterrupt):
 class _CtrlC:
     """While open, Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is also
     remembered: one raised inside a callback Python runs for its side effects (a weakref's or
-    ``__del__``, matplotlib's while the curves are drawn), which Python reports and then
-    ignores, is raised again by :meth:`check` at the next batch."""
+    ``__del__``: ember's traces end in weakref callbacks every step; matplotlib's while the
+    curves are drawn), which Python ignores, is raised again by :meth:`check` at the next
+    batch. Python would also print it as "Exception ignored in ..." with a traceback; while
+    open, that report of a KeyboardInterrupt is dropped (``sys.unraisablehook``: any other
+    exception is reported as before), so the user sees only the one-line message."""
 
     def __init__(self) -> None:
         self.hit = False
         self._old: Any = None
+        self._old_hook: Any = None
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.hit = True
         raise KeyboardInterrupt
+
+    def _unraisable(self, unraisable: Any) -> None:
+        if not (self.hit and unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+            self._old_hook(unraisable)
 
     def check(self) -> None:
         if self.hit:
@@ -386,11 +395,14 @@ class _CtrlC:
             self._old = signal.signal(signal.SIGINT, self._handler)
         except ValueError:  # (not the main thread: Python's handler stays)
             self._old = None
+            return self
+        self._old_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._old is not None:
             signal.signal(signal.SIGINT, self._old)
+            sys.unraisablehook = self._old_hook
 
 
 def _resume_command(directory: Path, *, backend: str, checkpointing: str, epochs: int) -> str:
