@@ -1,4 +1,4 @@
-"""``maximum(x, 0.0)``, a ReLU: NumPy's ufunc with the scalar against ember's NumPy kernel.
+"""``maximum(x, 0.0)``, a ReLU, and ``clip``: NumPy's and compat's against ember's NumPy kernels.
 
 Why: NumPy has no SIMD loop for a scalar (stride-0) operand of ``maximum`` and
 ``minimum``, so a ReLU written as ``maximum(x, 0.0)`` runs element by element.
@@ -14,6 +14,9 @@ taken in chunks):
 
 - ``<shape>-ufunc``  ``numpy.maximum(x, 0.0)``
 - ``<shape>-kept``   ember's NumPy ``maximum(x, 0.0)``
+- ``<shape>-clip-compat`` / ``<shape>-clip``: ``clip(x, 0.0, 6.0)`` by array-api-compat
+  and by ember's NumPy ``clip`` (``autodiff/_direct.py``, ``_clip``: NumPy's ``clip`` on the
+  bounds cast to 0-d arrays, without compat's Python around it)
 
 Run: ``benchmarks/run extremum [--quick]``. Not part of ``benchmarks/run all``
 (no acceptance criterion reads it).
@@ -34,14 +37,22 @@ SHAPES = {"small": (1024,), "mlp": (128, 256), "ffn": (16 * 64, 512), "large": (
 
 def setup(dtype: Any, shape: tuple[int, ...], how: str) -> Callable[[], Any]:
     """One ``maximum(x, 0.0)`` of a random ``shape`` array, by NumPy (``ufunc``) or by ember's
-    NumPy kernel (``kept``)."""
+    NumPy kernel (``kept``); or its ``clip(x, 0.0, 6.0)`` by compat (``clip-compat``) or by
+    ember (``clip``)."""
     x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
     if how == "ufunc":
         return lambda: np.maximum(x, 0.0)
     ensure_src_on_path()
+    import array_api_compat.numpy as cnp
+
     from ember.autodiff._direct import direct_functions
 
-    f = direct_functions(np)["maximum"]
+    if how == "clip-compat":
+        return lambda: cnp.clip(x, 0.0, 6.0)
+    direct = direct_functions(np, cnp.clip)
+    if how == "clip":
+        return lambda: direct["clip"](x, 0.0, 6.0)
+    f = direct["maximum"]
     return lambda: f(x, 0.0)
 
 
@@ -50,12 +61,15 @@ def workloads() -> list:
     def impl(shape: tuple[int, ...], how: str):
         return lambda dtype: setup(dtype, shape, how)
 
-    impls = {f"{name}-{how}": impl(shape, how) for name, shape in SHAPES.items() for how in ("ufunc", "kept")}
+    impls = {f"{name}-{how}": impl(shape, how) for name, shape in SHAPES.items()
+             for how in ("ufunc", "kept", "clip-compat", "clip")}
     return peers.dtype_workloads(
         "extremum", impls,
-        "maximum(x, 0.0): small (1024,), mlp (128, 256), ffn (1024, 512), large (2048, 2048); {dtype}",
+        "maximum(x, 0.0) and clip(x, 0.0, 6.0): small (1024,), mlp (128, 256), ffn (1024, 512), "
+        "large (2048, 2048); {dtype}",
         unit="us/call", reference="mlp-ufunc",
-        ratios=[(f"{name}-kept", f"{name}-ufunc") for name in SHAPES], rounds=9,
+        ratios=[(f"{name}-{a}", f"{name}-{b}") for name in SHAPES
+                for a, b in (("kept", "ufunc"), ("clip", "clip-compat"))], rounds=9,
     )
 
 

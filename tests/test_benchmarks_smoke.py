@@ -282,7 +282,7 @@ def test_reductions_rows_compute_the_same_sums(dtype, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_extremum_rows_compute_the_same_relu(dtype, tmp_path, monkeypatch):
-    # both rows of a shape compute maximum(x, 0.0) bit for bit; then a tiny run
+    # both rows of a shape compute maximum(x, 0.0) bit for bit, both clips the same; then a tiny run
     import numpy as np
 
     mod = _load_script("extremum", monkeypatch)
@@ -292,6 +292,7 @@ def test_extremum_rows_compute_the_same_relu(dtype, tmp_path, monkeypatch):
         want = mod.setup(dt, shape, "ufunc")()
         assert want.shape == shape and want.dtype == dt
         np.testing.assert_array_equal(mod.setup(dt, shape, "kept")(), want)
+        np.testing.assert_array_equal(mod.setup(dt, shape, "clip")(), mod.setup(dt, shape, "clip-compat")())
     (wl,) = [wk for wk in mod.workloads() if wk.name == f"extremum_{dtype}"]
     mod.run_cli([wl], [*_TINY, "--results-dir", str(tmp_path)])
     _check_json(tmp_path / f"{wl.name}.json", wl.name, "us/call", list(wl.impls))

@@ -297,3 +297,37 @@ def test_extremum_keeps_a_bounded_number_of_filled_arrays():
     finally:
         tracemalloc.stop()
     assert held <= (_direct._FILL_VALUES + 1) * _direct._FILL * 4, held
+
+
+_BOUNDS = [None, 0.0, -0.0, 0, 6, -1.5, 1e-45, 3.5e38, 1e300, 2**24 + 1, np.nan, np.inf, True]
+
+
+@given(dtype=st.sampled_from([np.float32, np.float64, np.int16, np.float16]),
+       shape=st.sampled_from([(), (3,), (40, 50), (1100,)]), layout=st.sampled_from(["C", "F", "strided"]),
+       lo=st.sampled_from(_BOUNDS), hi=st.sampled_from(_BOUNDS), by_keyword=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=120, deadline=None)
+def test_clip_between_numbers_is_compats_bit_for_bit(dtype, shape, layout, lo, hi, by_keyword, seed):
+    # NumPy's clip on the bounds cast to 0-d arrays of x's dtype, for Python-number bounds on
+    # C-contiguous floating arrays; anything else goes to compat itself
+    x = np.random.default_rng(seed).choice(np.array(_SPECIAL), shape).astype(dtype)
+    if layout == "F" and x.ndim == 2:
+        x = np.asfortranarray(x)
+    elif layout == "strided" and x.ndim:
+        x = x[..., ::2]
+    direct = direct_functions(np, cnp.clip)["clip"]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if by_keyword:
+            _both(lambda: direct(x, min=lo, max=hi), lambda: cnp.clip(x, min=lo, max=hi))
+        else:
+            _both(lambda: direct(x, lo, hi), lambda: cnp.clip(x, lo, hi))
+        try:
+            want = np.asarray(cnp.clip(x, lo, hi))
+        except Exception:
+            return
+        got = np.asarray(direct(x, lo, hi))
+    assert got.dtype == want.dtype and got.shape == want.shape and got.strides == want.strides
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    if lo is not None or hi is not None:
+        assert not np.shares_memory(got, x)  # (a new array, as compat's)
