@@ -194,7 +194,8 @@ class _Dispatcher:
         self.version = _api_version(bxp)
         # corrected elementwise functions, and library kernels called without compat's frames
         self.caps = caps = _backend.capabilities(bxp)
-        self.fixes = {**(direct_functions(lib, getattr(bxp, "clip", None)) if caps.ufuncs else {}), **_wrappers.backend_fixes(bxp)}
+        direct = direct_functions(lib, getattr(bxp, "clip", None)) if caps.ufuncs else {}
+        self.fixes = {**direct, **_wrappers.backend_fixes(bxp)}
         self.raw_ns = _raw_namespace(bxp, self.fixes, modname)
         # seeds of backward passes
         self.ones_like = self.fixes.get("_seed_ones_like") or getattr(lib, "ones_like", bxp.ones_like)

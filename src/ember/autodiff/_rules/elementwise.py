@@ -118,8 +118,9 @@ def _ties(ns, mine, other, g, larger):
     ``mask_product``), or ``g * (win + tie / 2)`` with the masks cast to g's
     dtype where a tie exists: products stream, where ``where`` on an
     unpredictable mask (a ReLU's) branches per element and runs 4-15x slower.
-    Ties are rare (a ReLU of a matmul has none). A cotangent with an inf or NaN (which a zero weight would
-    turn into NaN) takes the exact selection, which other backends use always.
+    Ties are rare (a ReLU of a matmul has none). A cotangent with an inf or NaN
+    (which a zero weight would turn into NaN) takes the exact selection, which
+    other backends use always.
     """
     if staged_only(ns, mine, other, g):  # (jit: one op, deciding on each call's values)
         return ns._dispatch.call("_ties", run_time_kernel(ns._dispatch, "_ties", _ties_kernel),
