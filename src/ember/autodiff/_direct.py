@@ -211,9 +211,9 @@ def _clip(lib, general):
     ``clip`` computes; anything else, ``general`` (compat's).
 
     Why: compat's ``clip`` checks and broadcasts the bounds and fills a new array through
-    ``out=``: about 15 us of Python a call (``benchmarks/extremum.py``: 19 against 4 us on
-    1024 float32 elements, 26 against 9 on ``(128, 256)``; ``kernels.erf``'s series clips
-    every input). The same ``numpy.clip`` loop on the same cast bounds: the same bits.
+    ``out=``, Python that costs more than the loop on arrays of thousands of elements
+    (``benchmarks/extremum.py``; ``kernels.erf``'s series clips every input). The same
+    ``numpy.clip`` loop on the same cast bounds: the same bits.
     """
     ndarray, np_clip, asarray = lib.ndarray, lib.clip, lib.asarray
     floating = {lib.dtype(t) for t in (lib.float16, lib.float32, lib.float64)}
